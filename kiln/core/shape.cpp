@@ -1,0 +1,58 @@
+#include "kiln/core/shape.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Strides contiguous_strides(const Shape& shape) {
+  Strides strides(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = acc;
+    acc *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank, std::string_view op, const std::source_location& loc) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r)
+    fail(op, loc, "expected dim in range [{}, {}] for a tensor of rank {}, but got dim {}", -r,
+         r - 1, rank, dim);
+  return dim < 0 ? dim + r : dim;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op,
+                       const std::source_location& loc) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail(op, loc,
+           "expected shapes that broadcast, but got {} and {} (dimension {} is {} vs {})",
+           shape_str(a), shape_str(b), static_cast<int64_t>(i) - static_cast<int64_t>(n), da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace kiln
