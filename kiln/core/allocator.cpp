@@ -1,0 +1,307 @@
+#include "kiln/core/allocator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln {
+
+namespace {
+
+// A piece of a segment. The blocks of one segment form a doubly linked list in address order,
+// which is what lets a freed block find its neighbours to merge with.
+struct Block {
+  char* ptr = nullptr;
+  size_t size = 0;
+  bool small = false;  // which pool the segment belongs to
+  bool allocated = false;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+};
+
+// Best fit: the first block not smaller than the request; ties by address so that the order is
+// total and lower_bound with a null-address key lands on the lowest address of a size.
+struct BySizeThenAddress {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->size != b->size) return a->size < b->size;
+    return std::less<const char*>()(a->ptr, b->ptr);
+  }
+};
+
+using FreeBlocks = std::set<Block*, BySizeThenAddress>;
+
+std::string human_bytes(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+}  // namespace
+
+struct CachingAllocator::Impl {
+  mutable std::mutex mutex_;
+  FreeBlocks small_free_;
+  FreeBlocks large_free_;
+  std::unordered_map<void*, Block*> active_;  // handed-out blocks by address
+  MemoryStats stats_;  // largest_free_block and fragmentation are derived in snapshot()
+  size_t limit_ = 0;
+
+  ~Impl() {
+    // Only segment heads own system memory; a head is a block without a predecessor.
+    std::vector<Block*> heads;
+    for (auto* pool : {&small_free_, &large_free_})
+      for (Block* b : *pool)
+        if (!b->prev) heads.push_back(b);
+    for (auto& entry : active_)
+      if (!entry.second->prev) heads.push_back(entry.second);
+    for (Block* head : heads) {
+      std::free(head->ptr);
+      for (Block* b = head; b;) delete std::exchange(b, b->next);
+    }
+  }
+
+  static size_t round_up(size_t nbytes) {
+    return (nbytes + kBlockRound - 1) / kBlockRound * kBlockRound;
+  }
+
+  FreeBlocks& pool_of(const Block* b) { return b->small ? small_free_ : large_free_; }
+
+  int64_t largest_free() const {
+    size_t largest = 0;
+    if (!small_free_.empty()) largest = (*small_free_.rbegin())->size;
+    if (!large_free_.empty()) largest = std::max(largest, (*large_free_.rbegin())->size);
+    return static_cast<int64_t>(largest);
+  }
+
+  MemoryStats snapshot() const {
+    MemoryStats s = stats_;
+    s.largest_free_block = largest_free();
+    int64_t free_bytes = s.reserved_bytes - s.allocated_bytes;
+    s.fragmentation = free_bytes > 0 ? 1.0 - static_cast<double>(s.largest_free_block) /
+                                                 static_cast<double>(free_bytes)
+                                     : 0.0;
+    return s;
+  }
+
+  [[noreturn]] void throw_oom(size_t nbytes, size_t segment_size, bool hit_limit) const {
+    MemoryStats s = snapshot();
+    // A small request needs a whole 2 MiB segment, which is why a tiny request can fail; say so.
+    std::string segment_note;
+    if (segment_size > round_up(nbytes))
+      segment_note = fmt::format(", in a new {} segment", human_bytes(static_cast<int64_t>(segment_size)));
+    std::string limit_note =
+        hit_limit ? fmt::format(" with a limit of {}", human_bytes(static_cast<int64_t>(limit_)))
+                  : "";
+    throw OutOfMemoryError(fmt::format(
+        "[allocator] out of memory: tried to allocate {} ({} bytes{}){}; allocated {}, reserved {}, "
+        "largest free block {}, fragmentation {:.2f} — call kiln::empty_cache() or lower the "
+        "batch size",
+        human_bytes(static_cast<int64_t>(nbytes)), nbytes, segment_note, limit_note,
+        human_bytes(s.allocated_bytes), human_bytes(s.reserved_bytes),
+        human_bytes(s.largest_free_block), s.fragmentation));
+  }
+
+  // Returns every segment that is one free block (no neighbours) to the system.
+  void release_free_segments() {
+    for (auto* pool : {&small_free_, &large_free_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {
+          ++it;
+          continue;
+        }
+        it = pool->erase(it);
+        std::free(b->ptr);
+        stats_.reserved_bytes -= static_cast<int64_t>(b->size);
+        --stats_.num_segments;
+        delete b;
+      }
+    }
+  }
+
+  Block* new_segment(size_t nbytes, size_t segment_size, bool small) {
+    auto fits = [&] {
+      return limit_ == 0 || static_cast<size_t>(stats_.reserved_bytes) + segment_size <= limit_;
+    };
+    if (!fits()) release_free_segments();
+    if (!fits()) throw_oom(nbytes, segment_size, /*hit_limit=*/true);
+    void* ptr = std::aligned_alloc(kAlignment, segment_size);
+    if (!ptr) {
+      // Cached segments the system could hand back to us are worth one more try.
+      release_free_segments();
+      ptr = std::aligned_alloc(kAlignment, segment_size);
+    }
+    if (!ptr) throw_oom(nbytes, segment_size, /*hit_limit=*/false);
+    stats_.reserved_bytes += static_cast<int64_t>(segment_size);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    ++stats_.num_segments;
+    return new Block{.ptr = static_cast<char*>(ptr), .size = segment_size, .small = small};
+  }
+
+  void maybe_split(Block* block, size_t size) {
+    size_t remainder = block->size - size;
+    // A large-pool remainder of at most kSmallRequest could only ever serve small requests, which
+    // live in the other pool, so it stays part of the handed-out block.
+    bool split = block->small ? remainder >= kBlockRound : remainder > kSmallRequest;
+    if (!split) return;
+    auto* rest = new Block{.ptr = block->ptr + size,
+                            .size = remainder,
+                            .small = block->small,
+                            .prev = block,
+                            .next = block->next};
+    if (block->next) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool_of(rest).insert(rest);
+  }
+
+  void* allocate(size_t nbytes) {
+    if (nbytes > std::numeric_limits<size_t>::max() - kBlockRound)
+      throw_oom(nbytes, /*segment_size=*/0, /*hit_limit=*/false);
+    size_t size = round_up(nbytes);
+    bool small = size <= kSmallRequest;
+    FreeBlocks& pool = small ? small_free_ : large_free_;
+    Block key{.size = size};
+    Block* block = nullptr;
+    if (auto it = pool.lower_bound(&key); it != pool.end()) {
+      block = *it;
+      pool.erase(it);
+      ++stats_.cache_hits;
+    } else {
+      block = new_segment(nbytes, small ? kSmallSegment : size, small);
+      ++stats_.cache_misses;
+    }
+    maybe_split(block, size);
+    block->allocated = true;
+    active_.emplace(block->ptr, block);
+    stats_.allocated_bytes += static_cast<int64_t>(block->size);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    ++stats_.num_allocations;
+    return block->ptr;
+  }
+
+  void deallocate(void* ptr) {
+    auto it = active_.find(ptr);
+    if (it == active_.end())
+      throw InternalError(fmt::format(
+          "[allocator] deallocate of {}, which is not a live allocation of the caching allocator "
+          "(double free, or memory from elsewhere)",
+          ptr));
+    Block* block = it->second;
+    active_.erase(it);
+    block->allocated = false;
+    stats_.allocated_bytes -= static_cast<int64_t>(block->size);
+    ++stats_.num_frees;
+    FreeBlocks& pool = pool_of(block);
+    if (Block* prev = block->prev; prev && !prev->allocated) {
+      pool.erase(prev);
+      prev->size += block->size;
+      prev->next = block->next;
+      if (block->next) block->next->prev = prev;
+      delete std::exchange(block, prev);
+    }
+    if (Block* next = block->next; next && !next->allocated) {
+      pool.erase(next);
+      block->size += next->size;
+      block->next = next->next;
+      if (next->next) next->next->prev = block;
+      delete next;
+    }
+    pool.insert(block);
+  }
+
+  std::string summary() const {
+    MemoryStats s = snapshot();
+    int64_t requests = s.cache_hits + s.cache_misses;
+    double hit_rate = requests > 0 ? 100.0 * static_cast<double>(s.cache_hits) / requests : 0.0;
+    std::string limit = limit_ ? human_bytes(static_cast<int64_t>(limit_)) : "none";
+    std::string rule(48, '=');
+    std::string out = fmt::format("|{}|\n|{:^48}|\n|{}|\n", rule, "kiln CPU memory summary", rule);
+    auto row = [&out](std::string_view name, const std::string& value) {
+      out += fmt::format("| {:<26}{:>20} |\n", name, value);
+    };
+    row("Allocated memory", human_bytes(s.allocated_bytes));
+    row("Reserved memory", human_bytes(s.reserved_bytes));
+    row("Peak allocated memory", human_bytes(s.peak_allocated_bytes));
+    row("Peak reserved memory", human_bytes(s.peak_reserved_bytes));
+    row("Memory limit", limit);
+    row("Allocations", std::to_string(s.num_allocations));
+    row("Frees", std::to_string(s.num_frees));
+    row("Cache hits", std::to_string(s.cache_hits));
+    row("Cache misses", std::to_string(s.cache_misses));
+    row("Cache hit rate", fmt::format("{:.2f}%", hit_rate));
+    row("Segments", std::to_string(s.num_segments));
+    row("Largest free block", human_bytes(s.largest_free_block));
+    row("Fragmentation", fmt::format("{:.2f}", s.fragmentation));
+    out += fmt::format("|{}|\n", rule);
+    return out;
+  }
+};
+
+CachingAllocator& CachingAllocator::instance() {
+  // Leaked on purpose: tensors destroyed during static destruction still free into it.
+  static auto* allocator = new CachingAllocator();
+  return *allocator;
+}
+
+CachingAllocator::CachingAllocator() : impl_(new Impl()) {}
+
+CachingAllocator::~CachingAllocator() { delete impl_; }
+
+void* CachingAllocator::allocate(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->allocate(nbytes);
+}
+
+void CachingAllocator::deallocate(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->deallocate(ptr);
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->snapshot();
+}
+
+std::string CachingAllocator::memory_summary() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->summary();
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->release_free_segments();
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->stats_.peak_allocated_bytes = impl_->stats_.allocated_bytes;
+  impl_->stats_.peak_reserved_bytes = impl_->stats_.reserved_bytes;
+}
+
+void CachingAllocator::set_memory_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->limit_ = bytes;
+}
+
+size_t CachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->limit_;
+}
+
+}  // namespace kiln

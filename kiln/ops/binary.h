@@ -1,0 +1,46 @@
+#pragma once
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Broadcasting arithmetic with PyTorch's type promotion (type_promotion.h). Gradients are summed
+// back to each input's shape. A C++ number operand is a "wrapped scalar": it never widens a
+// tensor's dtype within the same category (float32 tensor * 2.0 stays float32).
+Tensor add(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor sub(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor mul(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+// True division: integer inputs give float32, as torch.div.
+Tensor div(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor pow(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor minimum(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
+
+Tensor add(const Tensor& a, double b, const Loc& loc = Loc::current());
+Tensor sub(const Tensor& a, double b, const Loc& loc = Loc::current());
+Tensor mul(const Tensor& a, double b, const Loc& loc = Loc::current());
+Tensor div(const Tensor& a, double b, const Loc& loc = Loc::current());
+Tensor add(double a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor sub(double a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor mul(double a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor div(double a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor pow(double a, const Tensor& b, const Loc& loc = Loc::current());
+
+// A C++ number as a zero-dim "wrapped scalar" tensor on `like`'s device.
+Tensor scalar_like(double value, const Tensor& like);
+
+// Operators (their errors point at the operator's line as well).
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+}  // namespace kiln

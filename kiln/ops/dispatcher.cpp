@@ -1,0 +1,75 @@
+#include "kiln/ops/dispatcher.h"
+
+#include <cmath>
+
+#include "kiln/core/grad_mode.h"
+
+namespace kiln {
+
+namespace {
+TapeRecorder recorder = nullptr;
+DispatchObserver observer;
+
+void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& loc) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      fail(op.name(), loc, "expected a defined tensor as input {}, but got an undefined one", i);
+    if (i > 0 && inputs[i].device() != inputs[0].device())
+      fail(op.name(), loc,
+           "expected all tensors on the same device, but got input 0 {} and input {} {}",
+           inputs[0].describe(), i, inputs[i].describe());
+  }
+}
+}  // namespace
+
+void set_tape_recorder(TapeRecorder r) { recorder = r; }
+void set_dispatch_observer(DispatchObserver o) { observer = std::move(o); }
+
+bool should_record(const Op& op, const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled() || !op.differentiable()) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
+bool has_nonfinite(const Tensor& t) {
+  if (t.is_meta() || !is_floating(t.dtype())) return false;
+  for (double v : t.to_vector<double>())
+    if (!std::isfinite(v)) return true;
+  return false;
+}
+
+std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {
+  check_devices(*op, inputs, loc);
+  std::vector<TensorMeta> metas = op->infer(inputs, loc);
+  if (observer) observer(*op);
+  bool meta = !inputs.empty() && inputs[0].is_meta();
+  std::vector<Tensor> outputs;
+  if (meta) {
+    for (const TensorMeta& m : metas) outputs.push_back(empty(m.shape, {m.dtype, kMeta}));
+  } else {
+    outputs = op->forward(inputs, metas);
+  }
+  if (AnomalyMode::is_enabled()) {
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (has_nonfinite(outputs[i]))
+        fail(op->name(), loc,
+             "anomaly detected: output {} ({}) contains NaN or Inf; inputs were {}", i,
+             outputs[i].describe(),
+             [&] {
+               std::string s;
+               for (const Tensor& t : inputs) s += (s.empty() ? "" : ", ") + t.describe();
+               return s;
+             }());
+  }
+  if (recorder && should_record(*op, inputs)) recorder(op, inputs, outputs, loc);
+  return outputs;
+}
+
+Tensor dispatch1(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {
+  std::vector<Tensor> out = dispatch(op, inputs, loc);
+  KILN_INTERNAL_ASSERT(out.size() == 1, std::string(op->name()) + " must have one output");
+  return out[0];
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+#pragma once
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "kiln/core/rng.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+Tensor zeros(Shape shape, TensorOptions options = {});
+Tensor ones(Shape shape, TensorOptions options = {});
+Tensor full(Shape shape, double value, TensorOptions options = {});
+// [start, end) by step; the dtype defaults to int64 when all three are integers, else float32
+// (pass options to choose).
+Tensor arange(double end, std::optional<TensorOptions> options = std::nullopt,
+              const Loc& loc = Loc::current());
+Tensor arange(double start, double end, double step = 1.0,
+              std::optional<TensorOptions> options = std::nullopt,
+              const Loc& loc = Loc::current());
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {},
+                const Loc& loc = Loc::current());
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+
+// Random tensors from the counter-based generator (default_generator() when none is given).
+Tensor rand(Shape shape, TensorOptions options = {}, Generator* gen = nullptr);
+Tensor randn(Shape shape, TensorOptions options = {}, Generator* gen = nullptr);
+// Integers in [low, high); int64 unless options say otherwise.
+Tensor randint(int64_t low, int64_t high, Shape shape,
+               TensorOptions options = TensorOptions{DType::Int64}, Generator* gen = nullptr,
+               const Loc& loc = Loc::current());
+
+// Same shape (and by default dtype and device) as `like`.
+Tensor empty_like(const Tensor& like, std::optional<DType> dtype = std::nullopt);
+Tensor zeros_like(const Tensor& like, std::optional<DType> dtype = std::nullopt);
+Tensor ones_like(const Tensor& like, std::optional<DType> dtype = std::nullopt);
+Tensor full_like(const Tensor& like, double value, std::optional<DType> dtype = std::nullopt);
+Tensor rand_like(const Tensor& like, Generator* gen = nullptr);
+Tensor randn_like(const Tensor& like, Generator* gen = nullptr);
+
+// A tensor holding a copy of `values` with `shape` (default: 1-D); values are converted to
+// options.dtype. The element count must match the shape.
+template <class T>
+Tensor tensor(const std::vector<T>& values, std::optional<Shape> shape = std::nullopt,
+              TensorOptions options = TensorOptions{dtype_of<T>()},
+              const Loc& loc = Loc::current());
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {},
+              const Loc& loc = Loc::current());
+// A zero-dim tensor.
+Tensor scalar_tensor(double value, TensorOptions options = {});
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+#include "kiln/ops/loops.h"
+
+namespace kiln {
+
+Strides broadcast_strides(const Tensor& t, const Shape& out_shape) {
+  Strides s(out_shape.size(), 0);
+  size_t lead = out_shape.size() - t.shape().size();
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  return s;
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  visit_dtype(dst.dtype(), [&](auto to) {
+    using TO = typename decltype(to)::type;
+    visit_dtype(src.dtype(), [&](auto from) {
+      using TA = typename decltype(from)::type;
+      map_unary<TA, TO>(src, dst, [](auto v) { return static_cast<compute_t<TO>>(v); });
+    });
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,119 @@
+#pragma once
+// Strided loops shared by the elementwise kernels: broadcasting, coalescing of dimensions,
+// a contiguous fast path the compiler vectorizes, and OpenMP over outer rows.
+#include <array>
+
+#include "kiln/core/parallel.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Strides of `t` seen with shape `out_shape` (broadcast dims get stride 0).
+Strides broadcast_strides(const Tensor& t, const Shape& out_shape);
+
+inline constexpr int64_t kGrain = 32768;
+
+// Merges adjacent dims that are contiguous with respect to each other in every operand, so that the
+// inner loop is as long as possible. Returns the reduced shape and rewrites the strides.
+template <size_t N>
+Shape coalesce(const Shape& shape, std::array<Strides, N>& strides) {
+  Shape out;
+  std::array<Strides, N> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !out.empty();
+    for (size_t k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * shape[d];
+    if (merge) {
+      out.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) st[k].back() = strides[k][d];
+    } else {
+      out.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
+    }
+  }
+  if (out.empty()) {
+    out.push_back(1);
+    for (size_t k = 0; k < N; ++k) st[k].push_back(1);
+  }
+  strides = std::move(st);
+  return out;
+}
+
+// Calls inner(offsets, count, inner_strides) for every innermost row of `shape`, where offsets are
+// element offsets of the row start in each operand. Rows are split across threads.
+template <size_t N, class F>
+void for_each_row(const Shape& full_shape, std::array<Strides, N> strides, F&& inner) {
+  Shape shape = coalesce(full_shape, strides);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t len = shape.back();
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < rank; ++d) rows *= shape[d];
+  std::array<int64_t, N> inner_strides;
+  for (size_t k = 0; k < N; ++k) inner_strides[k] = strides[k].back();
+  int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(len, 1));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      std::array<int64_t, N> off{};
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t i = rem % shape[d];
+        rem /= shape[d];
+        for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
+      }
+      inner(off, len, inner_strides);
+    }
+  });
+}
+
+// out[i] = f(a[i]) in compute types (16-bit floats widen to float32).
+template <class TA, class TO, class F>
+void map_unary(const Tensor& a, const Tensor& out, F f) {
+  const TA* pa = static_cast<const TA*>(a.raw_data());
+  TO* po = static_cast<TO*>(out.raw_data());
+  if (a.is_contiguous() && out.is_contiguous() && a.shape() == out.shape()) {
+    parallel_for(0, out.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = static_cast<TO>(f(static_cast<compute_t<TA>>(pa[i])));
+    });
+    return;
+  }
+  for_each_row<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())},
+                  [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& s) {
+                    TO* o = po + off[0];
+                    const TA* x = pa + off[1];
+                    for (int64_t i = 0; i < n; ++i)
+                      o[i * s[0]] = static_cast<TO>(f(static_cast<compute_t<TA>>(x[i * s[1]])));
+                  });
+}
+
+// out[i] = f(a[i], b[i]) with broadcasting of a and b to out's shape.
+template <class TA, class TB, class TO, class F>
+void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  const TA* pa = static_cast<const TA*>(a.raw_data());
+  const TB* pb = static_cast<const TB*>(b.raw_data());
+  TO* po = static_cast<TO*>(out.raw_data());
+  const bool same = a.shape() == out.shape() && b.shape() == out.shape();
+  if (same && a.is_contiguous() && b.is_contiguous() && out.is_contiguous()) {
+    parallel_for(0, out.numel(), kGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i)
+        po[i] = static_cast<TO>(
+            f(static_cast<compute_t<TA>>(pa[i]), static_cast<compute_t<TB>>(pb[i])));
+    });
+    return;
+  }
+  for_each_row<3>(
+      out.shape(),
+      {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
+      [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& s) {
+        TO* o = po + off[0];
+        const TA* x = pa + off[1];
+        const TB* y = pb + off[2];
+        for (int64_t i = 0; i < n; ++i)
+          o[i * s[0]] = static_cast<TO>(
+              f(static_cast<compute_t<TA>>(x[i * s[1]]), static_cast<compute_t<TB>>(y[i * s[2]])));
+      });
+}
+
+// Copies src (any layout, broadcast to dst's shape) into dst, converting the dtype.
+void copy_into(const Tensor& dst, const Tensor& src);
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Output metadata computed by an op's inference, without touching memory.
+struct TensorMeta {
+  Shape shape;
+  DType dtype = DType::Float32;
+  Device device = kCPU;
+};
+
+struct VjpContext {
+  const std::vector<Tensor>& inputs;   // saved inputs (undefined where the op saves none)
+  const std::vector<Tensor>& outputs;  // saved outputs (undefined where the op saves none)
+  const std::vector<Tensor>& grads;    // gradient of every output (zeros where none flowed)
+  const std::vector<bool>& needs_grad;  // which inputs need a gradient
+};
+
+// Note [op definition]: an operator is declared once, as a subclass of Op:
+//   name + attrs   identity, serialization, error text (attrs are the constructor's arguments)
+//   infer          validates inputs and returns output metadata; runs for every device, meta too
+//   forward/kernel computes on real memory; forward() defaults to "allocate contiguous outputs
+//                  from infer's metadata, then kernel()"; view ops override forward() to alias
+//   vjp            the gradient, written with kiln's public ops so that it is itself recorded,
+//                  differentiable (higher-order grads) and traceable
+// The dispatcher (dispatcher.h) is the only consumer that calls these; eager execution, autograd,
+// and later the tracer and the exporter all go through it, so no consumer switches over ops.
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual const char* name() const = 0;
+  virtual nlohmann::json attrs() const { return nlohmann::json::object(); }
+
+  virtual std::vector<TensorMeta> infer(const std::vector<Tensor>& inputs, const Loc& loc) const = 0;
+  virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs,
+                                      const std::vector<TensorMeta>& metas) const;
+  virtual void kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
+
+  virtual bool differentiable() const { return true; }
+  // Returns one gradient per input (undefined where not needed or not differentiable).
+  virtual std::vector<Tensor> vjp(const VjpContext& ctx) const;
+
+  // What the tape must keep alive for vjp. Saving less lowers training memory.
+  struct Saves {
+    bool inputs = true;
+    bool outputs = false;
+  };
+  virtual Saves saves() const { return {}; }
+  // View ops return outputs sharing inputs[0]'s storage; in-place checks need to know.
+  virtual bool is_view() const { return false; }
+};
+
+using OpPtr = std::shared_ptr<const Op>;
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// One way to call an op, used by the table-driven tests (gradcheck, meta inference, PyTorch parity).
+struct OpSample {
+  std::string label;          // "add/broadcast"
+  std::vector<Tensor> inputs;  // cpu tensors; floating ones in float64
+  // Calls the public API; must work on cpu and on meta copies of `inputs`.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn;
+  // The same call in PyTorch, a Python expression over a0, a1, ... (the inputs), evaluating to a
+  // tensor or a tuple of tensors. Empty when PyTorch has no equivalent.
+  std::string torch;
+  // Inputs that gradcheck perturbs; empty means every floating input.
+  std::vector<int> grad_inputs;
+  bool check_grad = true;  // false for ops without a gradient at these points (argmax, compare)
+};
+
+struct OpInfo {
+  std::string name;
+  std::function<std::vector<OpSample>()> samples;
+};
+
+// Note [op registry]: every op file registers its op's samples beside its definition, so tests
+// walk the registry and an op added later is covered without editing any test.
+bool register_op_info(OpInfo info);
+const std::vector<OpInfo>& registered_ops();
+
+// Deterministic float64 sample data: uniform in [low, high), keyed by `seed`.
+Tensor sample_tensor(Shape shape, uint64_t seed, double low = -1.0, double high = 1.0);
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+// KILN_REGISTER_OP_SAMPLES("add", [] { return std::vector<OpSample>{...}; });
+#define KILN_REGISTER_OP_SAMPLES(name, fn) \
+  static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) = ::kiln::register_op_info({name, fn})
+
+}  // namespace kiln

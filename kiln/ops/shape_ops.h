@@ -1,0 +1,39 @@
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Views share storage with their input (no copy); reshape copies only when no view is possible.
+// One size in `shape` may be -1 (inferred).
+Tensor reshape(const Tensor& x, Shape shape, const Loc& loc = Loc::current());
+// Like reshape but never copies: errors when the strides do not allow a view.
+Tensor view(const Tensor& x, Shape shape, const Loc& loc = Loc::current());
+Tensor permute(const Tensor& x, std::vector<int64_t> dims, const Loc& loc = Loc::current());
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc = Loc::current());
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length,
+              const Loc& loc = Loc::current());
+// x[start:end:step] along dim; start/end are clamped like Python slices, step > 0.
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
+             std::optional<int64_t> end, int64_t step = 1, const Loc& loc = Loc::current());
+Tensor select(const Tensor& x, int64_t dim, int64_t index, const Loc& loc = Loc::current());
+// -1 keeps a size; new leading dims may be added.
+Tensor expand(const Tensor& x, Shape shape, const Loc& loc = Loc::current());
+Tensor broadcast_to(const Tensor& x, Shape shape, const Loc& loc = Loc::current());
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt,
+               const Loc& loc = Loc::current());
+Tensor unsqueeze(const Tensor& x, int64_t dim, const Loc& loc = Loc::current());
+Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1,
+               const Loc& loc = Loc::current());
+// Copies into a fresh contiguous tensor (differentiable).
+Tensor clone(const Tensor& x, const Loc& loc = Loc::current());
+// Returns x itself when already contiguous, else clone(x).
+Tensor contiguous(const Tensor& x, const Loc& loc = Loc::current());
+// Converts the dtype (differentiable between floating types); returns x when already dtype.
+Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc = Loc::current());
+// Shares storage, cuts history.
+Tensor detach(const Tensor& x);
+
+}  // namespace kiln

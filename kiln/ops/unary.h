@@ -1,0 +1,37 @@
+#pragma once
+#include <optional>
+#include <string>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Elementwise functions. Integer inputs to floating functions (exp, sqrt, ...) promote to float32
+// like PyTorch; 16-bit floats compute in float32 and round the result back.
+Tensor neg(const Tensor& x, const Loc& loc = Loc::current());
+Tensor abs(const Tensor& x, const Loc& loc = Loc::current());
+Tensor sign(const Tensor& x, const Loc& loc = Loc::current());
+Tensor exp(const Tensor& x, const Loc& loc = Loc::current());
+Tensor log(const Tensor& x, const Loc& loc = Loc::current());
+Tensor log1p(const Tensor& x, const Loc& loc = Loc::current());
+Tensor sqrt(const Tensor& x, const Loc& loc = Loc::current());
+Tensor rsqrt(const Tensor& x, const Loc& loc = Loc::current());
+Tensor sin(const Tensor& x, const Loc& loc = Loc::current());
+Tensor cos(const Tensor& x, const Loc& loc = Loc::current());
+Tensor tanh(const Tensor& x, const Loc& loc = Loc::current());
+Tensor sigmoid(const Tensor& x, const Loc& loc = Loc::current());
+Tensor relu(const Tensor& x, const Loc& loc = Loc::current());
+// approximate: "none" (exact, erf) or "tanh", as torch.nn.functional.gelu.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none",
+            const Loc& loc = Loc::current());
+Tensor silu(const Tensor& x, const Loc& loc = Loc::current());
+// log(1 + exp(beta * x)) / beta, linear above threshold, as torch.nn.functional.softplus.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
+                const Loc& loc = Loc::current());
+// At least one bound must be given. Gradient flows where min <= x <= max (PyTorch's convention).
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max,
+             const Loc& loc = Loc::current());
+// x ** exponent with a scalar exponent.
+Tensor pow(const Tensor& x, double exponent, const Loc& loc = Loc::current());
+
+}  // namespace kiln
