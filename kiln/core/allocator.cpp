@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -37,10 +38,10 @@ struct BySizeThenAddress {
 
 using FreeBlocks = std::set<Block*, BySizeThenAddress>;
 
-std::string human_bytes(int64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes) / 1024.0;
+std::string human_bytes(double bytes) {
+  if (bytes < 1024.0) return fmt::format("{:.0f} B", bytes);
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = bytes / 1024.0;
   size_t unit = 0;
   while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
     value /= 1024.0;
@@ -79,20 +80,15 @@ struct CachingAllocator::Impl {
 
   FreeBlocks& pool_of(const Block* b) { return b->small ? small_free_ : large_free_; }
 
-  int64_t largest_free() const {
-    size_t largest = 0;
-    if (!small_free_.empty()) largest = (*small_free_.rbegin())->size;
-    if (!large_free_.empty()) largest = std::max(largest, (*large_free_.rbegin())->size);
-    return static_cast<int64_t>(largest);
-  }
-
   MemoryStats snapshot() const {
     MemoryStats s = stats_;
-    s.largest_free_block = largest_free();
+    for (const FreeBlocks* pool : {&small_free_, &large_free_})
+      if (!pool->empty())
+        s.largest_free_block =
+            std::max(s.largest_free_block, static_cast<int64_t>((*pool->rbegin())->size));
     int64_t free_bytes = s.reserved_bytes - s.allocated_bytes;
-    s.fragmentation = free_bytes > 0 ? 1.0 - static_cast<double>(s.largest_free_block) /
-                                                 static_cast<double>(free_bytes)
-                                     : 0.0;
+    if (free_bytes > 0)
+      s.fragmentation = 1.0 - static_cast<double>(s.largest_free_block) / free_bytes;
     return s;
   }
 
@@ -101,17 +97,15 @@ struct CachingAllocator::Impl {
     // A small request needs a whole 2 MiB segment, which is why a tiny request can fail; say so.
     std::string segment_note;
     if (segment_size > round_up(nbytes))
-      segment_note = fmt::format(", in a new {} segment", human_bytes(static_cast<int64_t>(segment_size)));
+      segment_note = fmt::format(", in a new {} segment", human_bytes(segment_size));
     std::string limit_note =
-        hit_limit ? fmt::format(" with a limit of {}", human_bytes(static_cast<int64_t>(limit_)))
-                  : "";
+        hit_limit ? fmt::format(" with a limit of {}", human_bytes(limit_)) : "";
     throw OutOfMemoryError(fmt::format(
-        "[allocator] out of memory: tried to allocate {} ({} bytes{}){}; allocated {}, reserved {}, "
-        "largest free block {}, fragmentation {:.2f} — call kiln::empty_cache() or lower the "
-        "batch size",
-        human_bytes(static_cast<int64_t>(nbytes)), nbytes, segment_note, limit_note,
-        human_bytes(s.allocated_bytes), human_bytes(s.reserved_bytes),
-        human_bytes(s.largest_free_block), s.fragmentation));
+        "[allocator] out of memory: tried to allocate {} ({} bytes{}){}; allocated {}, "
+        "reserved {}, largest free block {}, fragmentation {:.2f} — call kiln::empty_cache() or "
+        "lower the batch size",
+        human_bytes(nbytes), nbytes, segment_note, limit_note, human_bytes(s.allocated_bytes),
+        human_bytes(s.reserved_bytes), human_bytes(s.largest_free_block), s.fragmentation));
   }
 
   // Returns every segment that is one free block (no neighbours) to the system.
@@ -134,7 +128,8 @@ struct CachingAllocator::Impl {
 
   Block* new_segment(size_t nbytes, size_t segment_size, bool small) {
     auto fits = [&] {
-      return limit_ == 0 || static_cast<size_t>(stats_.reserved_bytes) + segment_size <= limit_;
+      auto reserved = static_cast<size_t>(stats_.reserved_bytes);
+      return limit_ == 0 || (reserved <= limit_ && segment_size <= limit_ - reserved);
     };
     if (!fits()) release_free_segments();
     if (!fits()) throw_oom(nbytes, segment_size, /*hit_limit=*/true);
@@ -158,10 +153,10 @@ struct CachingAllocator::Impl {
     bool split = block->small ? remainder >= kBlockRound : remainder > kSmallRequest;
     if (!split) return;
     auto* rest = new Block{.ptr = block->ptr + size,
-                            .size = remainder,
-                            .small = block->small,
-                            .prev = block,
-                            .next = block->next};
+                           .size = remainder,
+                           .small = block->small,
+                           .prev = block,
+                           .next = block->next};
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = size;
@@ -227,7 +222,6 @@ struct CachingAllocator::Impl {
     MemoryStats s = snapshot();
     int64_t requests = s.cache_hits + s.cache_misses;
     double hit_rate = requests > 0 ? 100.0 * static_cast<double>(s.cache_hits) / requests : 0.0;
-    std::string limit = limit_ ? human_bytes(static_cast<int64_t>(limit_)) : "none";
     std::string rule(48, '=');
     std::string out = fmt::format("|{}|\n|{:^48}|\n|{}|\n", rule, "kiln CPU memory summary", rule);
     auto row = [&out](std::string_view name, const std::string& value) {
@@ -237,7 +231,7 @@ struct CachingAllocator::Impl {
     row("Reserved memory", human_bytes(s.reserved_bytes));
     row("Peak allocated memory", human_bytes(s.peak_allocated_bytes));
     row("Peak reserved memory", human_bytes(s.peak_reserved_bytes));
-    row("Memory limit", limit);
+    row("Memory limit", limit_ ? human_bytes(limit_) : "none");
     row("Allocations", std::to_string(s.num_allocations));
     row("Frees", std::to_string(s.num_frees));
     row("Cache hits", std::to_string(s.cache_hits));
@@ -259,7 +253,9 @@ CachingAllocator& CachingAllocator::instance() {
 
 CachingAllocator::CachingAllocator() : impl_(new Impl()) {}
 
-CachingAllocator::~CachingAllocator() { delete impl_; }
+CachingAllocator::~CachingAllocator() {
+  delete impl_;
+}
 
 void* CachingAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;

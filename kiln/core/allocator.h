@@ -35,7 +35,8 @@ class OutOfMemoryError : public Error {
 // and served from cached free blocks (best fit, split when the remainder is worth keeping) that
 // live in segments obtained from the system: small requests (<= 1 MiB) share 2 MiB segments, larger
 // ones get a segment of their rounded size. Freed blocks merge with free neighbours in the same
-// segment. Memory returns to the system only on empty_cache() (whole free segments).
+// segment. Memory returns to the system on empty_cache() and when a limit or the system refuses a new segment
+// (whole free segments only).
 class CachingAllocator {
  public:
   static constexpr size_t kBlockRound = 512;
@@ -57,9 +58,11 @@ class CachingAllocator {
   void set_memory_limit(size_t bytes);
   size_t memory_limit() const;
 
-  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
 
  private:
+  ~CachingAllocator();
   CachingAllocator();
   struct Impl;
   Impl* impl_;

@@ -181,7 +181,9 @@ Generator& default_generator() {
   return gen;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
 
 void fill_uniform(float* out, int64_t n, float low, float high, Generator& gen,
                   std::source_location loc) {
@@ -220,7 +222,8 @@ void fill_normal(double* out, int64_t n, double mean, double stddev, Generator& 
 void fill_randint(int64_t* out, int64_t n, int64_t low, int64_t high, Generator& gen,
                   std::source_location loc) {
   check_count("randint", out, n, loc);
-  if (!(low < high)) fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
+  if (!(low < high))
+    fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
   // Unsigned arithmetic: high - low may exceed INT64_MAX, and the wrap back to int64 is exact.
   uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   uint64_t ulow = static_cast<uint64_t>(low);

@@ -58,8 +58,7 @@ namespace kiln {
 // are bit-reproducible only with the same libm and without -ffast-math style flags.
 
 // Philox4x32-10: pure function of (counter, key). Matches the Random123 known-answer vectors.
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
-                                      std::array<uint32_t, 2> key);
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 
 // Block `block` of the stream of `seed`; see Note [random streams].
 inline std::array<uint32_t, 4> philox_block(uint64_t seed, uint64_t block) {
@@ -87,8 +86,7 @@ class Generator {
 
   // Reserves `blocks` Philox blocks (each gives 4 uint32) and returns the first block index.
   // Throws kiln::Error if the 64-bit block index would wrap, since that would replay the stream.
-  uint64_t reserve(uint64_t blocks,
-                   std::source_location loc = std::source_location::current());
+  uint64_t reserve(uint64_t blocks, std::source_location loc = std::source_location::current());
 
   // For checkpoints: set_state(get_state()) reproduces every later draw.
   struct State {
@@ -146,7 +144,9 @@ void fill_bernoulli(uint8_t* out, int64_t n, double p, Generator& gen,
 namespace detail {
 
 // (x >> 8) * 2^-24: in [0, 1), exactly representable in float.
-inline float uniform01_float(uint32_t x) { return static_cast<float>(x >> 8) * 0x1p-24f; }
+inline float uniform01_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * 0x1p-24f;
+}
 // ((x >> 8) + 1) * 2^-24: in (0, 1], for Box-Muller's log.
 inline float uniform01_open_float(uint32_t x) {
   return static_cast<float>((x >> 8) + 1) * 0x1p-24f;
@@ -159,7 +159,9 @@ inline double uniform01_double(uint32_t hi, uint32_t lo) {
 inline double uniform01_open_double32(uint32_t x) {
   return (static_cast<double>(x) + 1.0) * 0x1p-32;
 }
-inline double uniform01_double32(uint32_t x) { return static_cast<double>(x) * 0x1p-32; }
+inline double uniform01_double32(uint32_t x) {
+  return static_cast<double>(x) * 0x1p-32;
+}
 
 // low + (high - low) * u, kept below high when rounding would reach it (high > low). When
 // low == high the result is low.

@@ -16,6 +16,7 @@ struct TensorMeta {
 };
 
 struct VjpContext {
+  const std::vector<TensorMeta>& input_metas;  // shape/dtype of every input, always available
   const std::vector<Tensor>& inputs;   // saved inputs (undefined where the op saves none)
   const std::vector<Tensor>& outputs;  // saved outputs (undefined where the op saves none)
   const std::vector<Tensor>& grads;    // gradient of every output (zeros where none flowed)

@@ -16,19 +16,23 @@ namespace {
 constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * 1024;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
+// Sanitizer runtimes abort on an impossible allocation instead of returning null.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizedAllocator = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+constexpr bool kSanitizedAllocator = true;
 #else
-constexpr bool kAddressSanitizer = false;
+constexpr bool kSanitizedAllocator = false;
 #endif
 #else
-constexpr bool kAddressSanitizer = false;
+constexpr bool kSanitizedAllocator = false;
 #endif
 
-CachingAllocator& alloc() { return CachingAllocator::instance(); }
+CachingAllocator& alloc() {
+  return CachingAllocator::instance();
+}
 
 // Removes the memory limit however the test ends, so a failing test cannot starve the others.
 class MemoryLimitGuard {
@@ -209,7 +213,8 @@ TEST_F(AllocatorTest, PoolsAreSeparate) {
   EXPECT_EQ(s.reserved_bytes - base_.reserved_bytes, 6 * kMiB);
   alloc().deallocate(small);
 
-  // Nor does a small segment's free tail (2 MiB - 512 KiB) serve a large request.
+  // Nor does the small segment's free 1.5 MiB tail serve a 1.5 MiB (large) request, though it fits
+  // exactly and best fit across pools would pick it.
   void* piece = alloc().allocate(512 * kKiB);
   void* big = alloc().allocate(kMiB + 512 * kKiB);
   s = memory_stats();
@@ -292,7 +297,7 @@ TEST_F(AllocatorTest, EmptyCacheReleasesExactlyTheFreeSegments) {
   s = memory_stats();
   EXPECT_EQ(s.reserved_bytes - base_.reserved_bytes, 4 * kMiB);
   EXPECT_EQ(s.num_segments - base_.num_segments, 2);
-  EXPECT_EQ(s.largest_free_block, 2 * kMiB - kKiB);
+  EXPECT_EQ(s.largest_free_block, kMiB);  // c's block; d separates it from the segment's tail
 
   alloc().deallocate(d);  // now the second segment is free too
   empty_cache();
@@ -324,9 +329,9 @@ TEST_F(AllocatorTest, MemoryLimitThrowsOutOfMemoryWithDiagnostics) {
   } catch (const OutOfMemoryError& e) {
     message = e.what();
   }
-  for (const char* part : {"out of memory", "3.00 MiB (3145728 bytes)", "with a limit of",
-                           "allocated", "reserved", "largest free block", "fragmentation",
-                           "empty_cache"})
+  for (const char* part :
+       {"out of memory", "3.00 MiB (3145728 bytes)", "with a limit of", "allocated", "reserved",
+        "largest free block", "fragmentation", "empty_cache"})
     EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
   if (base_.reserved_bytes == 0) {  // run alone: the numbers are known exactly
     EXPECT_EQ(message,
@@ -411,8 +416,7 @@ TEST_F(AllocatorTest, MemorySummaryHasTheKeyLines) {
        {"Allocated memory", "Reserved memory", "Peak allocated memory", "Peak reserved memory",
         "Allocations", "Frees", "Cache hits", "Cache misses", "Cache hit rate", "Segments",
         "Largest free block", "Fragmentation", "MiB"})
-    EXPECT_NE(summary.find(line), std::string::npos) << "missing '" << line << "' in:\n"
-                                                     << summary;
+    EXPECT_NE(summary.find(line), std::string::npos) << "missing '" << line << "' in:\n" << summary;
   EXPECT_GE(std::count(summary.begin(), summary.end(), '\n'), 13);
   alloc().deallocate(p);
 }
@@ -460,21 +464,34 @@ TEST_F(AllocatorTest, UnknownPointerThrowsInternalError) {
   EXPECT_EQ(s.allocated_bytes, base_.allocated_bytes);
 }
 
-TEST_F(AllocatorTest, ImpossibleRequestsThrowOutOfMemoryWithoutLimit) {
-  // Rounding this up would overflow size_t.
-  EXPECT_THROW(alloc().allocate(std::numeric_limits<size_t>::max()), OutOfMemoryError);
-  if (kAddressSanitizer) GTEST_SKIP() << "ASan aborts on an impossible system allocation";
+TEST_F(AllocatorTest, RequestOverflowingTheRoundingThrowsOutOfMemory) {
+  try {
+    alloc().allocate(std::numeric_limits<size_t>::max());
+    ADD_FAILURE() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("(18446744073709551615 bytes)"), std::string::npos) << message;
+    EXPECT_EQ(message.find("limit"), std::string::npos) << message;
+  }
+  MemoryStats s = memory_stats();
+  EXPECT_EQ(s.reserved_bytes, base_.reserved_bytes);
+  EXPECT_EQ(s.num_allocations, base_.num_allocations);
+}
+
+TEST_F(AllocatorTest, FailedSystemAllocationThrowsOutOfMemory) {
+  if (kSanitizedAllocator) GTEST_SKIP() << "the sanitizer runtime aborts on impossible allocations";
   try {
     alloc().allocate(size_t{1} << 62);
     ADD_FAILURE() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     std::string message = e.what();
-    EXPECT_NE(message.find("(4611686018427387904 bytes)"), std::string::npos) << message;
+    EXPECT_NE(message.find("4.00 EiB (4611686018427387904 bytes)"), std::string::npos) << message;
     EXPECT_EQ(message.find("limit"), std::string::npos) << message;
     EXPECT_NE(message.find("fragmentation"), std::string::npos) << message;
   }
   MemoryStats s = memory_stats();
   EXPECT_EQ(s.reserved_bytes, base_.reserved_bytes);
+  EXPECT_EQ(s.num_segments, base_.num_segments);
   EXPECT_EQ(s.num_allocations, base_.num_allocations);
 }
 

@@ -1,0 +1,162 @@
+#include "kiln/autograd/node.h"
+
+#include <atomic>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln::autograd {
+
+uint64_t next_sequence_nr() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output)
+    : is_output_(is_output),
+      requires_grad_(t.requires_grad()),
+      output_nr_(t.output_nr()),
+      version_(t.version()) {
+  data_ = is_output ? detach(t) : t;
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& saver) const {
+  if (!data_.defined()) return Tensor();
+  const Storage& storage = *data_.storage();
+  if (storage.version() != version_)
+    throw Error(fmt::format(
+        "[backward] a tensor saved for the gradient of '{}' (called at {}) was modified in place "
+        "by '{}' at {}: {} was saved at version {} and is now at version {}. Clone it before the "
+        "in-place op, or use the out-of-place op",
+        saver->name(), format_location(saver->loc), storage.last_writer_op(),
+        format_location(storage.last_writer_loc()), data_.describe(), version_,
+        storage.version()));
+  if (!is_output_) return data_;
+  // Re-attach the output to its producer so that create_graph sees the real history.
+  Tensor out = detach(data_);
+  if (requires_grad_) {
+    AutogradMeta& meta = out.impl()->autograd();
+    meta.grad_fn = saver;
+    meta.output_nr = output_nr_;
+  }
+  return out;
+}
+
+OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+               const Loc& call_loc)
+    : op_(std::move(op)) {
+  loc = call_loc;
+  sequence_nr = next_sequence_nr();
+  Op::Saves saves = op_->saves();
+  for (const Tensor& t : inputs) {
+    input_metas_.push_back({t.shape(), t.dtype(), t.device()});
+    needs_grad_.push_back(t.requires_grad());
+    next_edges.push_back(t.requires_grad() ? gradient_edge(t) : Edge{});
+    saved_inputs_.emplace_back(saves.inputs ? SavedTensor(t, false) : SavedTensor());
+  }
+  for (const Tensor& t : outputs) output_metas_.push_back({t.shape(), t.dtype(), t.device()});
+  output_hooks.resize(outputs.size());
+}
+
+void OpNode::save_outputs(const std::vector<Tensor>& outputs) {
+  if (!op_->saves().outputs) return;
+  saved_outputs_.clear();
+  for (const Tensor& t : outputs) saved_outputs_.emplace_back(t, true);
+}
+
+std::string OpNode::name() const { return op_->name(); }
+
+void OpNode::release_saved() {
+  bool had_saved = false;
+  for (auto* list : {&saved_inputs_, &saved_outputs_})
+    for (SavedTensor& s : *list) {
+      had_saved = had_saved || s.defined();
+      s.reset();
+    }
+  if (had_saved) released = true;
+}
+
+std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
+  if (released)
+    throw Error(fmt::format(
+        "[backward] tried to backward through the graph a second time, through '{}' (called at "
+        "{}), whose saved tensors were freed by the first backward. Pass retain_graph=true to the "
+        "first backward() or grad() to keep them",
+        name(), format_location(loc)));
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].defined())
+      grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});
+  auto self = shared_from_this();
+  std::vector<Tensor> inputs, outputs;
+  for (const SavedTensor& s : saved_inputs_) inputs.push_back(s.unpack(self));
+  for (const SavedTensor& s : saved_outputs_) outputs.push_back(s.unpack(self));
+  VjpContext ctx{input_metas_, inputs, outputs, grads, needs_grad_};
+  std::vector<Tensor> result = op_->vjp(ctx);
+  KILN_INTERNAL_ASSERT(result.size() == input_metas_.size(),
+                       std::string(op_->name()) + " vjp returned a wrong number of gradients");
+  for (size_t i = 0; i < result.size(); ++i) {
+    if (!needs_grad_[i]) result[i] = Tensor();
+    if (result[i].defined() && result[i].shape() != input_metas_[i].shape)
+      throw InternalError(fmt::format("kiln internal error: vjp of '{}' returned {} for input {} of "
+                                      "shape {}", name(), result[i].describe(), i,
+                                      shape_str(input_metas_[i].shape)));
+  }
+  return result;
+}
+
+AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {
+  sequence_nr = UINT64_MAX;  // leaves finish last
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor> grads) {
+  Tensor leaf = this->leaf();
+  if (!leaf.defined() || !grads[0].defined()) return {};
+  Tensor& g = grads[0];
+  Tensor old = leaf.grad();
+  if (old.defined()) {
+    leaf.set_grad(add(old, g));
+  } else if (GradMode::is_enabled()) {
+    leaf.set_grad(g);  // create_graph: the gradient keeps its history
+  } else {
+    // Never store memory that another tensor shares: a user's in-place zero_() on one .grad must
+    // not change another's.
+    bool unshared = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && !g.is_view();
+    leaf.set_grad(unshared ? g : clone(g));
+  }
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  AutogradMeta& meta = t.impl()->autograd();
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    meta.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+namespace {
+
+// Set as the dispatcher's tape recorder (see Note [tape recorder]).
+void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+            const Loc& loc) {
+  auto node = std::make_shared<OpNode>(op, inputs, outputs, loc);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!is_floating(outputs[i].dtype())) continue;
+    AutogradMeta& meta = outputs[i].impl()->autograd();
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+  }
+  node->save_outputs(outputs);
+}
+
+const bool registered = (set_tape_recorder(&record), true);
+
+}  // namespace
+
+}  // namespace kiln::autograd

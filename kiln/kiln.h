@@ -1,0 +1,18 @@
+#pragma once
+// The public surface of kiln.
+#include "kiln/autograd/engine.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rng.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/compare.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/indexing.h"
+#include "kiln/ops/join.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/softmax.h"
+#include "kiln/ops/unary.h"

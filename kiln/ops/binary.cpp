@@ -1,0 +1,253 @@
+// Broadcasting arithmetic: one BinaryOp template, one small struct per op (scalar function and
+// gradient). This file is the model for the other op families.
+#include "kiln/ops/binary.h"
+
+#include <cmath>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/compare.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/type_promotion.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+// Each op: name, how it maps dtypes, the scalar function in compute type, the gradient.
+struct AddFn {
+  static constexpr const char* kName = "add";
+  static constexpr bool kNeedsInputs = false;
+  template <class T>
+  static T apply(T a, T b) { return static_cast<T>(a + b); }
+  static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, g}; }
+};
+
+struct SubFn {
+  static constexpr const char* kName = "sub";
+  static constexpr bool kNeedsInputs = false;
+  template <class T>
+  static T apply(T a, T b) { return static_cast<T>(a - b); }
+  static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, neg(g)}; }
+};
+
+struct MulFn {
+  static constexpr const char* kName = "mul";
+  static constexpr bool kNeedsInputs = true;
+  template <class T>
+  static T apply(T a, T b) { return static_cast<T>(a * b); }
+  static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
+    return {mul(g, b), mul(g, a)};
+  }
+};
+
+struct DivFn {
+  static constexpr const char* kName = "div";
+  static constexpr bool kNeedsInputs = true;
+  template <class T>
+  static T apply(T a, T b) { return static_cast<T>(a / b); }
+  static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
+    Tensor ga = div(g, b);
+    return {ga, neg(div(mul(ga, a), b))};
+  }
+};
+
+struct PowFn {
+  static constexpr const char* kName = "pow";
+  static constexpr bool kNeedsInputs = true;
+  template <class T>
+  static T apply(T a, T b) {
+    return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+  static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
+    Tensor ga = mul(mul(g, b), pow(a, sub(b, 1.0)));
+    // d/db a^b = a^b log a; PyTorch defines it as 0 where a == 0 and b >= 0 (the limit).
+    Tensor gb = mul(mul(g, pow(a, b)), log(a));
+    gb = where(logical_and(eq(a, 0.0), ge(b, 0.0)), 0.0, gb);
+    return {ga, gb};
+  }
+};
+
+// Share of the gradient for `a` at ties: PyTorch splits it evenly between equal operands.
+Tensor tie_share(const Tensor& wins, const Tensor& ties, DType dt) {
+  return add(to_dtype(wins, dt), mul(to_dtype(ties, dt), 0.5));
+}
+
+struct MaximumFn {
+  static constexpr const char* kName = "maximum";
+  static constexpr bool kNeedsInputs = true;
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN propagates, as in PyTorch
+    return a > b ? a : b;
+  }
+  static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
+    Tensor share = tie_share(gt(a, b), eq(a, b), g.dtype());
+    return {mul(g, share), mul(g, sub(1.0, share))};
+  }
+};
+
+struct MinimumFn {
+  static constexpr const char* kName = "minimum";
+  static constexpr bool kNeedsInputs = true;
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(a) || std::isnan(b)) return a + b;
+    return a < b ? a : b;
+  }
+  static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
+    Tensor share = tie_share(lt(a, b), eq(a, b), g.dtype());
+    return {mul(g, share), mul(g, sub(1.0, share))};
+  }
+};
+
+// Converts `t` to `dt` for a kernel without recording anything (inputs of mixed dtypes).
+Tensor as_dtype(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  Tensor out = empty(t.shape(), {dt, t.device()});
+  copy_into(out, t);
+  return out;
+}
+
+template <class Fn>
+class BinaryOp final : public Op {
+ public:
+  const char* name() const override { return Fn::kName; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    Shape shape = broadcast_shapes(in[0].shape(), in[1].shape(), name(), loc);
+    DType dt = result_type(in);
+    if (std::is_same_v<Fn, DivFn> && !is_floating(dt)) dt = DType::Float32;  // true division
+    if (dt == DType::Bool && (std::is_same_v<Fn, SubFn> || std::is_same_v<Fn, PowFn>))
+      fail(name(), loc, "expected numeric tensors, but got {} and {} (use logical_xor for bool)",
+           in[0].describe(), in[1].describe());
+    return {{shape, dt, in[0].device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    DType dt = out[0].dtype();
+    Tensor a = as_dtype(in[0], dt);
+    Tensor b = as_dtype(in[1], dt);
+    visit_dtype(dt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      map_binary<T, T, T>(a, b, out[0], [](C x, C y) { return Fn::template apply<C>(x, y); });
+    });
+  }
+
+  Saves saves() const override { return {Fn::kNeedsInputs, false}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    Grads g = Fn::grad(ctx.inputs[0], ctx.inputs[1], ctx.grads[0]);
+    for (size_t i = 0; i < 2; ++i) {
+      if (!ctx.needs_grad[i]) {
+        g[i] = Tensor();
+        continue;
+      }
+      g[i] = to_dtype(sum_to(g[i], ctx.input_metas[i].shape), ctx.input_metas[i].dtype);
+    }
+    return g;
+  }
+};
+
+template <class Fn>
+Tensor binary(const Tensor& a, const Tensor& b, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const BinaryOp<Fn>>();
+  return dispatch1(op, {a, b}, loc);
+}
+
+}  // namespace
+
+Tensor scalar_like(double value, const Tensor& like) {
+  // Integral values become int64 scalars so that int tensors stay integer (x + 1); others float64.
+  bool integral = std::isfinite(value) && value == std::trunc(value) && std::abs(value) < 0x1p53;
+  DType dt = integral && !is_floating(like.dtype()) ? DType::Int64 : DType::Float64;
+  Tensor t = empty({}, {dt, like.device()});
+  if (!like.is_meta()) {
+    if (dt == DType::Int64)
+      *t.data<int64_t>() = static_cast<int64_t>(value);
+    else
+      *t.data<double>() = value;
+  }
+  t.impl()->is_wrapped_number_ = true;
+  return t;
+}
+
+Tensor add(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<AddFn>(a, b, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<SubFn>(a, b, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<MulFn>(a, b, loc); }
+Tensor div(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<DivFn>(a, b, loc); }
+Tensor pow(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<PowFn>(a, b, loc); }
+Tensor maximum(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<MaximumFn>(a, b, loc);
+}
+Tensor minimum(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<MinimumFn>(a, b, loc);
+}
+
+Tensor add(const Tensor& a, double b, const Loc& loc) { return add(a, scalar_like(b, a), loc); }
+Tensor sub(const Tensor& a, double b, const Loc& loc) { return sub(a, scalar_like(b, a), loc); }
+Tensor mul(const Tensor& a, double b, const Loc& loc) { return mul(a, scalar_like(b, a), loc); }
+Tensor div(const Tensor& a, double b, const Loc& loc) { return div(a, scalar_like(b, a), loc); }
+Tensor add(double a, const Tensor& b, const Loc& loc) { return add(scalar_like(a, b), b, loc); }
+Tensor sub(double a, const Tensor& b, const Loc& loc) { return sub(scalar_like(a, b), b, loc); }
+Tensor mul(double a, const Tensor& b, const Loc& loc) { return mul(scalar_like(a, b), b, loc); }
+Tensor div(double a, const Tensor& b, const Loc& loc) { return div(scalar_like(a, b), b, loc); }
+Tensor pow(double a, const Tensor& b, const Loc& loc) { return pow(scalar_like(a, b), b, loc); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(a, b); }
+Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+namespace {
+
+std::vector<OpSample> binary_samples(const char* name, Tensor (*fn)(const Tensor&, const Tensor&,
+                                                                     const Loc&),
+                                     double low, double high) {
+  std::string torch = std::string("torch.") + name;
+  auto call = [fn](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{fn(in[0], in[1], Loc::current())};
+  };
+  return {
+      {"same_shape", {sample_tensor({3, 4}, 1, low, high), sample_tensor({3, 4}, 2, low, high)},
+       call, torch + "(a0, a1)"},
+      {"broadcast", {sample_tensor({2, 3, 1}, 3, low, high), sample_tensor({4}, 4, low, high)},
+       call, torch + "(a0, a1)"},
+      {"zero_dim", {sample_tensor({2, 3}, 5, low, high), sample_tensor({}, 6, low, high)}, call,
+       torch + "(a0, a1)"},
+      {"transposed",
+       {sample_tensor({4, 3}, 7, low, high).t(), sample_tensor({1, 4}, 8, low, high)},
+       call, torch + "(a0, a1)"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("add", [] { return binary_samples("add", &add, -1, 1); });
+KILN_REGISTER_OP_SAMPLES("sub", [] { return binary_samples("sub", &sub, -1, 1); });
+KILN_REGISTER_OP_SAMPLES("mul", [] { return binary_samples("mul", &mul, -1, 1); });
+KILN_REGISTER_OP_SAMPLES("div", [] { return binary_samples("div", &div, 0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("pow", [] { return binary_samples("pow", &pow, 0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("maximum", [] { return binary_samples("maximum", &maximum, -1, 1); });
+KILN_REGISTER_OP_SAMPLES("minimum", [] { return binary_samples("minimum", &minimum, -1, 1); });
+
+}  // namespace
+
+}  // namespace kiln

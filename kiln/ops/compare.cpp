@@ -1,0 +1,341 @@
+// Comparisons, logic and where: one BoolBinaryOp template with one small struct per op, plus
+// logical_not and where. Comparisons and logic produce bool tensors and have no gradient.
+#include "kiln/ops/compare.h"
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/type_promotion.h"
+
+namespace kiln {
+
+namespace {
+
+// Comparisons promote both operands with result_type and compare in that dtype (so int64 vs 2.5
+// compares in float32, as in PyTorch). Logical ops read every operand as "nonzero".
+struct EqFn {
+  static constexpr const char* kName = "eq";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a == b; }
+};
+
+struct NeFn {
+  static constexpr const char* kName = "ne";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a != b; }
+};
+
+struct LtFn {
+  static constexpr const char* kName = "lt";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a < b; }
+};
+
+struct LeFn {
+  static constexpr const char* kName = "le";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a <= b; }
+};
+
+struct GtFn {
+  static constexpr const char* kName = "gt";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a > b; }
+};
+
+struct GeFn {
+  static constexpr const char* kName = "ge";
+  static constexpr bool kLogical = false;
+  template <class T>
+  static bool apply(T a, T b) { return a >= b; }
+};
+
+struct LogicalAndFn {
+  static constexpr const char* kName = "logical_and";
+  static constexpr bool kLogical = true;
+  static bool apply(bool a, bool b) { return a && b; }
+};
+
+struct LogicalOrFn {
+  static constexpr const char* kName = "logical_or";
+  static constexpr bool kLogical = true;
+  static bool apply(bool a, bool b) { return a || b; }
+};
+
+struct LogicalXorFn {
+  static constexpr const char* kName = "logical_xor";
+  static constexpr bool kLogical = true;
+  static bool apply(bool a, bool b) { return a != b; }
+};
+
+// Converts `t` to `dt` for a kernel without recording anything. Conversion to bool is "nonzero"
+// (NaN counts as true, as in PyTorch).
+Tensor as_dtype(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  Tensor out = empty(t.shape(), {dt, t.device()});
+  copy_into(out, t);
+  return out;
+}
+
+template <class Fn>
+class BoolBinaryOp final : public Op {
+ public:
+  const char* name() const override { return Fn::kName; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    Shape shape = broadcast_shapes(in[0].shape(), in[1].shape(), name(), loc);
+    return {{shape, DType::Bool, in[0].device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    if constexpr (Fn::kLogical) {
+      map_binary<bool, bool, bool>(as_dtype(in[0], DType::Bool), as_dtype(in[1], DType::Bool),
+                                   out[0], [](bool a, bool b) { return Fn::apply(a, b); });
+    } else {
+      DType dt = result_type(in);
+      Tensor a = as_dtype(in[0], dt);
+      Tensor b = as_dtype(in[1], dt);
+      visit_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        map_binary<T, T, bool>(a, b, out[0], [](C x, C y) { return Fn::template apply<C>(x, y); });
+      });
+    }
+  }
+
+  bool differentiable() const override { return false; }
+  Saves saves() const override { return {false, false}; }
+};
+
+template <class Fn>
+Tensor bool_binary(const Tensor& a, const Tensor& b, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const BoolBinaryOp<Fn>>();
+  return dispatch1(op, {a, b}, loc);
+}
+
+class LogicalNotOp final : public Op {
+ public:
+  const char* name() const override { return "logical_not"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), DType::Bool, in[0].device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    map_unary<bool, bool>(as_dtype(in[0], DType::Bool), out[0], [](bool v) { return !v; });
+  }
+
+  bool differentiable() const override { return false; }
+  Saves saves() const override { return {false, false}; }
+};
+
+// cond ? a : b. The result dtype is result_type({a, b}); cond only selects and gets no gradient.
+class WhereOp final : public Op {
+ public:
+  const char* name() const override { return "where"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& cond = in[0];
+    if (cond.dtype() != DType::Bool)
+      fail(name(), loc, "expected a bool condition, but got {} (compare with ne(cond, 0.0) first)",
+           cond.describe());
+    Shape shape = broadcast_shapes(in[1].shape(), in[2].shape(), name(), loc);
+    shape = broadcast_shapes(cond.shape(), shape, name(), loc);
+    return {{shape, result_type({in[1], in[2]}), cond.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const Tensor& y = out[0];
+    const Tensor& cond = in[0];
+    Tensor a = as_dtype(in[1], y.dtype());
+    Tensor b = as_dtype(in[2], y.dtype());
+    const bool* pc = static_cast<const bool*>(cond.raw_data());
+    visit_dtype(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* pa = static_cast<const T*>(a.raw_data());
+      const T* pb = static_cast<const T*>(b.raw_data());
+      T* po = static_cast<T*>(y.raw_data());
+      const Shape& shape = y.shape();
+      for_each_row<4>(shape,
+                      {y.strides(), broadcast_strides(cond, shape), broadcast_strides(a, shape),
+                       broadcast_strides(b, shape)},
+                      [&](const std::array<int64_t, 4>& off, int64_t n,
+                          const std::array<int64_t, 4>& s) {
+                        T* o = po + off[0];
+                        const bool* c = pc + off[1];
+                        const T* x = pa + off[2];
+                        const T* z = pb + off[3];
+                        for (int64_t i = 0; i < n; ++i)
+                          o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : z[i * s[3]];
+                      });
+    });
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor& cond = ctx.inputs[0];
+    const Tensor& g = ctx.grads[0];
+    std::vector<Tensor> grads(3);
+    for (size_t i = 1; i < 3; ++i) {
+      const TensorMeta& m = ctx.input_metas[i];
+      if (!ctx.needs_grad[i] || !is_floating(m.dtype)) continue;
+      Tensor gi = i == 1 ? where(cond, g, 0.0) : where(cond, 0.0, g);
+      grads[i] = to_dtype(sum_to(gi, m.shape), m.dtype);
+    }
+    return grads;
+  }
+
+  // Only the condition is needed; a and b contribute just their metadata.
+  Saves saves() const override { return {true, false}; }
+};
+
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<EqFn>(a, b, loc); }
+Tensor ne(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<NeFn>(a, b, loc); }
+Tensor lt(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<LtFn>(a, b, loc); }
+Tensor le(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<LeFn>(a, b, loc); }
+Tensor gt(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<GtFn>(a, b, loc); }
+Tensor ge(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<GeFn>(a, b, loc); }
+Tensor eq(const Tensor& a, double b, const Loc& loc) { return eq(a, scalar_like(b, a), loc); }
+Tensor ne(const Tensor& a, double b, const Loc& loc) { return ne(a, scalar_like(b, a), loc); }
+Tensor lt(const Tensor& a, double b, const Loc& loc) { return lt(a, scalar_like(b, a), loc); }
+Tensor le(const Tensor& a, double b, const Loc& loc) { return le(a, scalar_like(b, a), loc); }
+Tensor gt(const Tensor& a, double b, const Loc& loc) { return gt(a, scalar_like(b, a), loc); }
+Tensor ge(const Tensor& a, double b, const Loc& loc) { return ge(a, scalar_like(b, a), loc); }
+
+Tensor logical_and(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<LogicalAndFn>(a, b, loc);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<LogicalOrFn>(a, b, loc);
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<LogicalXorFn>(a, b, loc);
+}
+Tensor logical_not(const Tensor& a, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const LogicalNotOp>();
+  return dispatch1(op, {a}, loc);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const WhereOp>();
+  return dispatch1(op, {cond, a, b}, loc);
+}
+Tensor where(const Tensor& cond, const Tensor& a, double b, const Loc& loc) {
+  return where(cond, a, scalar_like(b, a), loc);
+}
+Tensor where(const Tensor& cond, double a, const Tensor& b, const Loc& loc) {
+  return where(cond, scalar_like(a, b), b, loc);
+}
+
+namespace {
+
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&, const Loc&);
+using ScalarFn = Tensor (*)(const Tensor&, double, const Loc&);
+
+OpSample bool_sample(std::string label, std::vector<Tensor> inputs,
+                     std::function<Tensor(const std::vector<Tensor>&)> f, std::string torch) {
+  OpSample s{std::move(label), std::move(inputs),
+             [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in)}; },
+             std::move(torch)};
+  s.check_grad = false;
+  return s;
+}
+
+// Inputs with exact ties so that eq/le/ge see both outcomes.
+std::vector<OpSample> compare_samples(const char* name, BinaryFn fn, ScalarFn scalar_fn) {
+  std::string torch = std::string("torch.") + name;
+  auto call = [fn](const std::vector<Tensor>& in) { return fn(in[0], in[1], Loc::current()); };
+  Tensor ties = tensor<double>({0.5, -1.0, 2.0, 0.25, 3.0, -1.0}, Shape{2, 3});
+  Tensor row = tensor<double>({0.5, 0.0, 2.0}, Shape{3});
+  return {
+      bool_sample("same_shape", {sample_tensor({3, 4}, 31), sample_tensor({3, 4}, 32)}, call,
+                  torch + "(a0, a1)"),
+      bool_sample("broadcast_ties", {ties, row}, call, torch + "(a0, a1)"),
+      bool_sample("transposed", {sample_tensor({4, 3}, 33).t(), sample_tensor({4, 1}, 34)}, call,
+                  torch + "(a0, a1)"),
+      bool_sample("scalar", {ties},
+                  [scalar_fn](const std::vector<Tensor>& in) {
+                    return scalar_fn(in[0], 0.25, Loc::current());
+                  },
+                  torch + "(a0, 0.25)"),
+  };
+}
+
+std::vector<OpSample> logical_samples(const char* name, BinaryFn fn) {
+  std::string torch = std::string("torch.") + name;
+  auto call = [fn](const std::vector<Tensor>& in) { return fn(in[0], in[1], Loc::current()); };
+  Tensor zeros_in = tensor<double>({0.0, 1.5, 0.0, -2.0, 0.0, 3.0}, Shape{2, 3});
+  Tensor row = tensor<double>({0.0, 0.0, 4.0}, Shape{3});
+  return {
+      bool_sample("broadcast", {zeros_in, row}, call, torch + "(a0, a1)"),
+      bool_sample("bool_and_float", {gt(sample_tensor({3, 4}, 35), 0.0), sample_tensor({4}, 36)},
+                  call, torch + "(a0, a1)"),
+      bool_sample("bools", {gt(sample_tensor({2, 3}, 37), 0.0), gt(sample_tensor({2, 1}, 38), 0.0)},
+                  call, torch + "(a0, a1)"),
+  };
+}
+
+#define KILN_COMPARE_SAMPLES(op) \
+  KILN_REGISTER_OP_SAMPLES(#op, [] { return compare_samples(#op, &op, &op); })
+KILN_COMPARE_SAMPLES(eq);
+KILN_COMPARE_SAMPLES(ne);
+KILN_COMPARE_SAMPLES(lt);
+KILN_COMPARE_SAMPLES(le);
+KILN_COMPARE_SAMPLES(gt);
+KILN_COMPARE_SAMPLES(ge);
+#undef KILN_COMPARE_SAMPLES
+
+KILN_REGISTER_OP_SAMPLES("logical_and", [] { return logical_samples("logical_and", &logical_and); });
+KILN_REGISTER_OP_SAMPLES("logical_or", [] { return logical_samples("logical_or", &logical_or); });
+KILN_REGISTER_OP_SAMPLES("logical_xor", [] { return logical_samples("logical_xor", &logical_xor); });
+std::vector<OpSample> logical_not_samples() {
+  auto call = [](const std::vector<Tensor>& in) { return logical_not(in[0]); };
+  return std::vector<OpSample>{
+      bool_sample("float", {tensor<double>({0.0, 1.5, -2.0, 0.0}, Shape{2, 2})}, call,
+                  "torch.logical_not(a0)"),
+      bool_sample("bool_transposed", {gt(sample_tensor({3, 2}, 39), 0.0).t()}, call,
+                  "torch.logical_not(a0)"),
+  };
+}
+KILN_REGISTER_OP_SAMPLES("logical_not", logical_not_samples);
+
+std::vector<OpSample> where_samples() {
+  auto call = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{where(in[0], in[1], in[2])};
+  };
+  auto scalar_b = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{where(in[0], in[1], 0.5)};
+  };
+  auto scalar_a = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{where(in[0], -0.5, in[1])};
+  };
+  std::vector<OpSample> s = {
+      {"same_shape",
+       {gt(sample_tensor({3, 4}, 40), 0.0), sample_tensor({3, 4}, 41), sample_tensor({3, 4}, 42)},
+       call, "torch.where(a0, a1, a2)", {1, 2}},
+      {"broadcast_all",
+       {gt(sample_tensor({3, 1}, 43), 0.0), sample_tensor({1, 4}, 44), sample_tensor({2, 1, 1}, 45)},
+       call, "torch.where(a0, a1, a2)", {1, 2}},
+      {"scalar_b", {gt(sample_tensor({2, 3}, 46), 0.0), sample_tensor({3}, 47)}, scalar_b,
+       "torch.where(a0, a1, 0.5)", {1}},
+      {"scalar_a", {gt(sample_tensor({4, 2}, 48), 0.0).t(), sample_tensor({2, 4}, 49)}, scalar_a,
+       "torch.where(a0, -0.5, a1)", {1}},
+  };
+  return s;
+}
+KILN_REGISTER_OP_SAMPLES("where", where_samples);
+
+}  // namespace
+
+}  // namespace kiln

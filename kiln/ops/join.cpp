@@ -1,0 +1,245 @@
+#include "kiln/ops/join.h"
+
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/type_promotion.h"
+
+namespace kiln {
+
+namespace {
+
+// PyTorch still accepts 1-D empty tensors of any other rank in cat and skips them (legacy
+// behavior that code relying on "start from torch.tensor([])" needs).
+bool skipped_in_cat(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+
+// The tensor whose shape the others must match: the first one cat does not skip.
+size_t reference_index(const std::vector<Tensor>& in) {
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!skipped_in_cat(in[i])) return i;
+  return 0;
+}
+
+class CatOp final : public Op {
+ public:
+  explicit CatOp(int64_t dim) : dim_(dim) {}
+  const char* name() const override { return "cat"; }
+  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    if (in.empty()) fail(name(), loc, "expected a non-empty list of tensors, but got an empty one");
+    const size_t ref = reference_index(in);
+    const Tensor& r = in[ref];
+    if (r.dim() == 0)
+      fail(name(), loc,
+           "expected tensors with at least one dimension, but got tensor {} {} (zero-dimensional "
+           "tensors cannot be concatenated)",
+           ref, r.describe());
+    const int64_t d = wrap_dim(dim_, r.dim(), name(), loc);
+    Shape shape = r.shape();
+    shape[d] = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Tensor& t = in[i];
+      if (skipped_in_cat(t)) continue;
+      if (t.dim() != r.dim())
+        fail(name(), loc,
+             "expected tensor {} to have the same rank as tensor {} ({}), but got {} (tensor {}) "
+             "and {} (tensor {})",
+             i, ref, r.dim(), r.describe(), ref, t.describe(), i);
+      for (int64_t k = 0; k < r.dim(); ++k)
+        if (k != d && t.size(k) != r.size(k))
+          fail(name(), loc,
+               "expected tensor {} to match tensor {} in every dimension except dim {}, but got {} "
+               "(tensor {}) and {} (tensor {}): dim {} is {} vs {}",
+               i, ref, d, r.describe(), ref, t.describe(), i, k, r.size(k), t.size(k));
+      shape[d] += t.size(d);
+    }
+    return {{shape, result_type(in), r.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
+    const Tensor& out = outs[0];
+    const int64_t d = wrap_dim(dim_, out.dim(), name());
+    int64_t offset = 0;
+    for (const Tensor& t : in) {
+      if (skipped_in_cat(t)) continue;
+      if (t.numel() > 0) {
+        Tensor slot = make_view(out, t.shape(), out.strides(),
+                                out.storage_offset() + offset * out.stride(d));
+        copy_into(slot, t);
+      }
+      offset += t.size(d);
+    }
+  }
+
+  // The gradient only needs the inputs' shapes and dtypes, which the tape always keeps.
+  Saves saves() const override { return {false, false}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor& g = ctx.grads[0];
+    const int64_t d = wrap_dim(dim_, g.dim(), name());
+    std::vector<Tensor> grads(ctx.input_metas.size());
+    int64_t offset = 0;
+    for (size_t i = 0; i < ctx.input_metas.size(); ++i) {
+      const TensorMeta& m = ctx.input_metas[i];
+      if (m.shape.size() == 1 && m.shape[0] == 0) {  // skipped by the forward
+        if (ctx.needs_grad[i]) grads[i] = zeros(m.shape, {m.dtype, m.device});
+        continue;
+      }
+      if (ctx.needs_grad[i]) grads[i] = to_dtype(narrow(g, d, offset, m.shape[d]), m.dtype);
+      offset += m.shape[d];
+    }
+    return grads;
+  }
+
+ private:
+  int64_t dim_;
+};
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, const Loc& loc) {
+  return dispatch1(std::make_shared<const CatOp>(dim), tensors, loc);
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim, const Loc& loc) {
+  if (tensors.empty())
+    fail("stack", loc, "expected a non-empty list of tensors, but got an empty one");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined())
+      fail("stack", loc, "expected defined tensors, but got an undefined one at index {}", i);
+    if (tensors[i].shape() != tensors[0].shape())
+      fail("stack", loc,
+           "expected all tensors to have the same shape, but got {} (tensor 0) and {} (tensor {})",
+           tensors[0].describe(), tensors[i].describe(), i);
+  }
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack", loc);
+  std::vector<Tensor> parts;
+  parts.reserve(tensors.size());
+  for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, d, loc));
+  return cat(parts, d, loc);
+}
+
+namespace {
+int64_t split_dim(const char* op, const Tensor& x, int64_t dim, const Loc& loc) {
+  if (x.dim() == 0)
+    fail(op, loc, "expected a tensor with at least one dimension, but got {}", x.describe());
+  return wrap_dim(dim, x.dim(), op, loc);
+}
+}  // namespace
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim, const Loc& loc) {
+  const int64_t d = split_dim("split", x, dim, loc);
+  const int64_t n = x.size(d);
+  if (split_size < 0 || (split_size == 0 && n > 0))
+    fail("split", loc, "expected a positive split_size, but got {} for dim {} of {}", split_size,
+         d, x.describe());
+  const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>(1, (n + split_size - 1) / split_size);
+  std::vector<Tensor> out;
+  out.reserve(pieces);
+  for (int64_t i = 0; i < pieces; ++i) {
+    const int64_t start = i * split_size;
+    out.push_back(narrow(x, d, start, std::min(split_size, n - start), loc));
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim,
+                          const Loc& loc) {
+  const int64_t d = split_dim("split", x, dim, loc);
+  int64_t total = 0;
+  bool negative = false;
+  for (int64_t s : sizes) {
+    total += s;
+    negative = negative || s < 0;
+  }
+  if (negative || total != x.size(d))
+    fail("split", loc,
+         "expected non-negative split sizes that add up to {} (dim {} of {}), but got {} (sum {})",
+         x.size(d), d, x.describe(), shape_str(sizes), total);
+  std::vector<Tensor> out;
+  out.reserve(sizes.size());
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(narrow(x, d, start, s, loc));
+    start += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, const Loc& loc) {
+  const int64_t d = split_dim("chunk", x, dim, loc);
+  if (chunks <= 0)
+    fail("chunk", loc, "expected a positive number of chunks, but got {} for {}", chunks,
+         x.describe());
+  const int64_t n = x.size(d);
+  // As torch.chunk: an empty dim still gives `chunks` (empty) pieces.
+  if (n == 0) return split(x, std::vector<int64_t>(chunks, 0), d, loc);
+  return split(x, (n + chunks - 1) / chunks, d, loc);
+}
+
+namespace {
+
+std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
+
+KILN_REGISTER_OP_SAMPLES("cat", [] {
+  return std::vector<OpSample>{
+      {"cat/three_neg_dim",
+       {sample_tensor({2, 3}, 31), sample_tensor({2, 1}, 32), sample_tensor({2, 4}, 33)},
+       [](const std::vector<Tensor>& x) { return one(cat({x[0], x[1], x[2]}, -1)); },
+       "torch.cat([a0, a1, a2], dim=-1)"},
+      {"cat/dim0",
+       {sample_tensor({1, 3, 2}, 34), sample_tensor({2, 3, 2}, 35)},
+       [](const std::vector<Tensor>& x) { return one(cat({x[0], x[1]}, 0)); },
+       "torch.cat([a0, a1], dim=0)"},
+      {"cat/transposed_input",
+       {sample_tensor({3, 2}, 36), sample_tensor({2, 2}, 37)},
+       [](const std::vector<Tensor>& x) { return one(cat({transpose(x[0], 0, 1), x[1]}, 1)); },
+       "torch.cat([a0.transpose(0, 1), a1], dim=1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("stack", [] {
+  return std::vector<OpSample>{
+      {"stack/dim1",
+       {sample_tensor({2, 3}, 41), sample_tensor({2, 3}, 42)},
+       [](const std::vector<Tensor>& x) { return one(stack({x[0], x[1]}, 1)); },
+       "torch.stack([a0, a1], dim=1)"},
+      {"stack/neg_dim",
+       {sample_tensor({3}, 43), sample_tensor({3}, 44), sample_tensor({3}, 45)},
+       [](const std::vector<Tensor>& x) { return one(stack({x[0], x[1], x[2]}, -1)); },
+       "torch.stack([a0, a1, a2], dim=-1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("split", [] {
+  return std::vector<OpSample>{
+      {"split/size",
+       {sample_tensor({2, 5}, 51)},
+       [](const std::vector<Tensor>& x) { return split(x[0], 2, 1); },
+       "torch.split(a0, 2, dim=1)"},
+      {"split/sizes_neg_dim",
+       {sample_tensor({3, 4}, 52)},
+       [](const std::vector<Tensor>& x) { return split(x[0], std::vector<int64_t>{1, 3}, -1); },
+       "torch.split(a0, [1, 3], dim=-1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("chunk", [] {
+  return std::vector<OpSample>{
+      {"chunk/uneven",
+       {sample_tensor({5, 2}, 61)},
+       [](const std::vector<Tensor>& x) { return chunk(x[0], 3, 0); },
+       "torch.chunk(a0, 3, dim=0)"},
+      {"chunk/fewer_pieces",
+       {sample_tensor({2, 6}, 62)},
+       [](const std::vector<Tensor>& x) { return chunk(x[0], 4, -1); },
+       "torch.chunk(a0, 4, dim=-1)"},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln

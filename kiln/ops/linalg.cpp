@@ -1,0 +1,304 @@
+#include "kiln/ops/linalg.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "kiln/core/parallel.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/dnnl_utils.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// "float32[2, 3]": matmul errors put two of these around an '@', so the device is left out.
+std::string short_desc(const Tensor& t) { return dtype_name(t.dtype()) + shape_str(t.shape()); }
+
+// Checks shared by matmul and bmm: rank (min_rank..max_rank), one floating dtype, inner sizes.
+void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t min_rank,
+                    int64_t max_rank, const Loc& loc) {
+  for (const Tensor* t : {&a, &b}) {
+    if (t->dim() < min_rank || t->dim() > max_rank) {
+      if (min_rank == max_rank)
+        fail(op, loc, "expected {}-D tensors, but got {} and {}", min_rank, a.describe(),
+             b.describe());
+      fail(op, loc, "expected tensors of at least {} dimension, but got {} and {}", min_rank,
+           a.describe(), b.describe());
+    }
+  }
+  if (a.dtype() != b.dtype())
+    fail(op, loc, "expected both operands to have the same dtype, but got {} and {}",
+         a.describe(), b.describe());
+  if (!is_floating(a.dtype()))
+    fail(op, loc, "expected floating-point operands (unsupported dtype {}), but got {} and {}",
+         dtype_name(a.dtype()), a.describe(), b.describe());
+  const int64_t ka = a.size(-1);
+  const int64_t kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  if (ka != kb)
+    fail(op, loc, "expected the inner dimensions to match, but got {} @ {} ({} != {})",
+         short_desc(a), short_desc(b), ka, kb);
+}
+
+// A contiguous copy of t (t itself when already contiguous), converted to dtype.
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.is_contiguous() && t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), {dtype});
+  copy_into(out, t);
+  return out;
+}
+
+// --- oneDNN path (float32) -----------------------------------------------------------------------
+
+// An operand [B, R, C] as oneDNN sees it.
+struct MatDesc {
+  dnnl::memory::dims dims;
+  dnnl::memory::dims strides;
+};
+
+// Note [matmul strides]: oneDNN's matmul reads any plain layout where one of the two matrix dims
+// has stride 1, so transposed views (the vjp's a^T and b^T) run without a copy. A batch stride of
+// 0 (an expanded operand) becomes a batch of 1, which oneDNN broadcasts itself. Strides of size-1
+// dims are meaningless in kiln, so they are replaced by ones oneDNN accepts. Any other layout
+// (a zero stride inside a matrix, overlapping rows) is copied to a contiguous one first.
+std::optional<MatDesc> describe_operand(const Tensor& t) {
+  int64_t b = t.size(0), r = t.size(1), c = t.size(2);
+  int64_t sb = t.stride(0), sr = t.stride(1), sc = t.stride(2);
+  if (c == 1) sc = 1;
+  if (r == 1) sr = sc == 1 ? c : 1;
+  const bool row_major = sc == 1 && sr >= c;
+  const bool col_major = sr == 1 && sc >= r;
+  if (!row_major && !col_major) return std::nullopt;
+  if (b == 1 || sb == 0) {
+    b = 1;
+    sb = r * c;
+  }
+  return MatDesc{{b, r, c}, {sb, sr, sc}};
+}
+
+MatDesc contiguous_desc(const Tensor& t) {
+  return {{t.size(0), t.size(1), t.size(2)}, {t.size(1) * t.size(2), t.size(2), 1}};
+}
+
+struct MatmulEntry {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a_md, b_md, c_md;
+  bool copy_inputs = false;  // the given layout only had oneDNN's slow reference kernel
+};
+
+LruCache<MatmulEntry>& matmul_cache() {
+  static auto* cache = new LruCache<MatmulEntry>(256);
+  return *cache;
+}
+
+std::string dims_key(const dnnl::memory::dims& d) { return shape_str(std::vector<int64_t>(d)); }
+
+MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory::dims& c_dims) {
+  using dt = dnnl::memory::data_type;
+  MatmulEntry e;
+  e.a_md = dnnl::memory::desc(a.dims, dt::f32, a.strides);
+  e.b_md = dnnl::memory::desc(b.dims, dt::f32, b.strides);
+  e.c_md = dnnl::memory::desc(c_dims, dt::f32, dnnl::memory::format_tag::abc);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), dnnl_engine());
+  e.primitive = dnnl::matmul(pd);
+  e.copy_inputs = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+  return e;
+}
+
+void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+  std::optional<MatDesc> da = describe_operand(a), db = describe_operand(b);
+  Tensor aa = da ? a : dense(a, DType::Float32);
+  Tensor bb = db ? b : dense(b, DType::Float32);
+  if (!da) da = contiguous_desc(aa);
+  if (!db) db = contiguous_desc(bb);
+  const dnnl::memory::dims c_dims{out.size(0), out.size(1), out.size(2)};
+  const std::string key = dims_key(da->dims) + dims_key(da->strides) + dims_key(db->dims) +
+                          dims_key(db->strides) + dims_key(c_dims);
+  MatmulEntry e = matmul_cache().get_or_create(key, [&] {
+    MatmulEntry built = build_matmul(*da, *db, c_dims);
+    if (!built.copy_inputs) return built;
+    MatmulEntry plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims);
+    plain.copy_inputs = true;
+    return plain;
+  });
+  if (e.copy_inputs) {
+    aa = dense(a, DType::Float32);
+    bb = dense(b, DType::Float32);
+  }
+  dnnl::engine& eng = dnnl_engine();
+  dnnl::memory am(e.a_md, eng, aa.raw_data());
+  dnnl::memory bm(e.b_md, eng, bb.raw_data());
+  dnnl::memory cm(e.c_md, eng, out.raw_data());
+  dnnl::stream& s = dnnl_stream();
+  e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  s.wait();
+}
+
+// --- loop path (float64) -------------------------------------------------------------------------
+
+// Note [bmm loop]: oneDNN has no float64 matmul. This loop keeps a few output rows in a tile of
+// accumulators and walks k in ascending order for every output element, so the result is the same
+// whatever the thread count (tasks only split rows). Each row of b is reused by kRows rows of a.
+template <class T>
+void loop_bmm(const Tensor& a, const Tensor& b_in, const Tensor& out) {
+  using C = compute_t<T>;
+  constexpr int64_t kRows = 4, kCols = 256;
+  const Tensor b = b_in.size(2) == 1 || b_in.stride(2) == 1 ? b_in : dense(b_in, b_in.dtype());
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  const int64_t sab = a.stride(0), sam = a.stride(1), sak = a.stride(2);
+  const int64_t sbb = b.stride(0), sbk = b.stride(1);
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  const int64_t row_blocks = (m + kRows - 1) / kRows;
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(kRows * k * n, 1));
+  parallel_for(0, batch * row_blocks, grain, [&](int64_t t0, int64_t t1) {
+    C acc[kRows * kCols];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bi = t / row_blocks, i0 = (t % row_blocks) * kRows;
+      const int64_t rows = std::min(kRows, m - i0);
+      const T* arow = pa + bi * sab + i0 * sam;
+      for (int64_t j0 = 0; j0 < n; j0 += kCols) {
+        const int64_t cols = std::min(kCols, n - j0);
+        std::fill(acc, acc + kRows * kCols, C(0));
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const T* brow = pb + bi * sbb + kk * sbk + j0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const C av = static_cast<C>(arow[r * sam + kk * sak]);
+            C* accr = acc + r * kCols;
+            for (int64_t j = 0; j < cols; ++j) accr[j] += av * static_cast<C>(brow[j]);
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          T* orow = po + (bi * m + i0 + r) * n + j0;
+          for (int64_t j = 0; j < cols; ++j) orow[j] = static_cast<T>(acc[r * kCols + j]);
+        }
+      }
+    }
+  });
+}
+
+class BmmOp final : public Op {
+ public:
+  const char* name() const override { return "bmm"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &a = in[0], &b = in[1];
+    check_operands(name(), a, b, 3, 3, loc);
+    if (a.size(0) != b.size(0))
+      fail(name(), loc, "expected equal batch sizes, but got {} and {} ({} != {})", a.describe(),
+           b.describe(), a.size(0), b.size(0));
+    return {{{a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const Tensor &a = in[0], &b = in[1], &o = out[0];
+    if (o.numel() == 0) return;
+    if (a.size(2) == 0) {
+      std::memset(o.raw_data(), 0, o.nbytes());
+      return;
+    }
+    if (a.dtype() == DType::Float32) {
+      onednn_bmm(a, b, o);
+    } else if (a.dtype() == DType::Float64) {
+      loop_bmm<double>(a, b, o);
+    } else {
+      // 16-bit floats: oneDNN's f16/bf16 kernels depend on the CPU, so compute in float32.
+      Tensor o32 = empty(o.shape(), {DType::Float32});
+      onednn_bmm(dense(a, DType::Float32), dense(b, DType::Float32), o32);
+      copy_into(o, o32);
+    }
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &a = ctx.inputs[0], &b = ctx.inputs[1], &g = ctx.grads[0];
+    Tensor ga, gb;
+    if (ctx.needs_grad[0]) ga = bmm(g, transpose(b, -1, -2));
+    if (ctx.needs_grad[1]) gb = bmm(transpose(a, -1, -2), g);
+    return {ga, gb};
+  }
+};
+
+}  // namespace
+
+Tensor bmm(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return call_op<BmmOp>({a, b}, loc);
+}
+
+// Note [matmul decomposition]: matmul is composite (reshape/expand/bmm), so its gradient comes
+// from theirs. When b has no batch dims, a's batch dims fold into M and one GEMM runs; otherwise
+// batch dims broadcast, and an expanded operand keeps a zero batch stride that bmm hands to
+// oneDNN as a broadcast instead of copying.
+Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
+  check_operands("matmul", a, b, 1, std::numeric_limits<int64_t>::max(), loc);
+  const int64_t da = a.dim(), db = b.dim();
+  const int64_t k = a.size(-1);
+  Shape lead(a.shape().begin(), a.shape().end() - 1);  // a's dims but K
+  if (db <= 2) {
+    const Tensor a3 = da == 2 ? unsqueeze(a, 0, loc) : reshape(a, {1, shape_numel(lead), k}, loc);
+    const Tensor b3 = db == 2 ? unsqueeze(b, 0, loc) : reshape(b, {1, k, 1}, loc);
+    Tensor out = bmm(a3, b3, loc);
+    Shape shape = lead;
+    if (db == 2) shape.push_back(b.size(1));
+    return reshape(out, shape, loc);
+  }
+  const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
+  const int64_t m = am.size(-2), n = b.size(-1);
+  Shape batch = broadcast_shapes(Shape(am.shape().begin(), am.shape().end() - 2),
+                                 Shape(b.shape().begin(), b.shape().end() - 2), "matmul", loc);
+  const int64_t nb = shape_numel(batch);
+  auto with = [&](std::initializer_list<int64_t> tail) {
+    Shape s = batch;
+    s.insert(s.end(), tail);
+    return s;
+  };
+  Tensor a3 = reshape(expand(am, with({m, k}), loc), {nb, m, k}, loc);
+  Tensor b3 = reshape(expand(b, with({k, n}), loc), {nb, k, n}, loc);
+  Tensor out = bmm(a3, b3, loc);
+  return reshape(out, da == 1 ? with({n}) : with({m, n}), loc);
+}
+
+namespace {
+
+std::vector<OpSample> matmul_samples() {
+  auto mm = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; };
+  const std::string torch = "torch.matmul(a0, a1)";
+  auto sample = [&](std::string label, Shape sa, Shape sb) {
+    return OpSample{"matmul/" + label, {sample_tensor(sa, 11), sample_tensor(sb, 12)}, mm, torch};
+  };
+  return {sample("dot", {4}, {4}),
+          sample("2d_2d", {3, 4}, {4, 5}),
+          sample("1d_left", {4}, {4, 5}),
+          sample("1d_right", {3, 4}, {4}),
+          sample("batched_2d", {2, 3, 4}, {4, 5}),
+          sample("batched_1d", {2, 3, 4}, {4}),
+          sample("broadcast", {2, 1, 3, 4}, {3, 4, 2}),
+          sample("1d_batched", {4}, {2, 4, 3}),
+          sample("2d_batched", {3, 4}, {2, 4, 5})};
+}
+
+std::vector<OpSample> bmm_samples() {
+  return {
+      {"bmm/basic",
+       {sample_tensor({2, 3, 4}, 21), sample_tensor({2, 4, 5}, 22)},
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{bmm(x[0], x[1])}; },
+       "torch.bmm(a0, a1)"},
+      {"bmm/transposed",
+       {sample_tensor({3, 4, 2}, 23), sample_tensor({3, 5, 4}, 24)},
+       [](const std::vector<Tensor>& x) {
+         return std::vector<Tensor>{bmm(transpose(x[0], 1, 2), transpose(x[1], -1, -2))};
+       },
+       "torch.bmm(a0.transpose(1, 2), a1.transpose(-1, -2))"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("matmul", matmul_samples);
+KILN_REGISTER_OP_SAMPLES("bmm", bmm_samples);
+
+}  // namespace
+
+}  // namespace kiln

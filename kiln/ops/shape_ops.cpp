@@ -1,0 +1,486 @@
+// View ops (reshape, permute, slice, select, expand, squeeze, unsqueeze) alias their input's
+// storage; clone and to_dtype copy. Each view is a ViewOp: one function computing the view's
+// geometry, used both by inference and by forward, and a gradient.
+#include "kiln/ops/shape_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+struct Geometry {
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+};
+
+class ViewOp : public Op {
+ public:
+  virtual Geometry geometry(const Tensor& x, const Loc& loc) const = 0;
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    return {{geometry(in[0], loc).shape, in[0].dtype(), in[0].device()}};
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>&) const override {
+    Geometry g = geometry(in[0], Loc::current());
+    return {make_view(in[0], std::move(g.shape), std::move(g.strides), g.offset)};
+  }
+  Saves saves() const override { return {false, false}; }
+  bool is_view() const override { return true; }
+};
+
+// Strides that let `shape` view memory laid out as (old_shape, old_strides), if any (PyTorch's
+// rule: each group of old dims that is contiguous in memory can be re-split freely).
+std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides,
+                                    const Shape& shape) {
+  if (shape_numel(old_shape) == 0 || old_shape.empty()) return contiguous_strides(shape);
+  Strides out(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_stride = old_strides.back();  // stride of the innermost dim of the current chunk
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    bool chunk_ends =
+        d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+      out[view_d] = view_numel * chunk_stride;
+      view_numel *= shape[view_d];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (d > 0) {
+      chunk_stride = old_strides[d - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Shape infer_size(Shape shape, int64_t numel, const char* op, const Tensor& x, const Loc& loc) {
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer_at >= 0) fail(op, loc, "expected at most one -1 in the shape, but got {}",
+                              shape_str(shape));
+      infer_at = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      fail(op, loc, "expected non-negative sizes, but got shape {}", shape_str(shape));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer_at >= 0 && known != 0 && numel % known == 0) shape[infer_at] = numel / known;
+  if ((infer_at >= 0 && (known == 0 || numel % known != 0)) ||
+      (infer_at < 0 && known != numel))
+    fail(op, loc, "shape {} is invalid for input {} of {} elements", shape_str(shape),
+         x.describe(), numel);
+  return shape;
+}
+
+class ReshapeOp final : public ViewOp {
+ public:
+  ReshapeOp(const char* name, Shape shape) : name_(name), shape_(std::move(shape)) {}
+  const char* name() const override { return name_; }
+  nlohmann::json attrs() const override { return {{"shape", shape_}}; }
+  Geometry geometry(const Tensor& x, const Loc& loc) const override {
+    Shape shape = infer_size(shape_, x.numel(), name_, x, loc);
+    auto strides = view_strides(x.shape(), x.strides(), shape);
+    if (!strides)
+      fail(name_, loc,
+           "expected a shape compatible with the input's strides, but got {} for {} with strides "
+           "{} (use reshape, which copies)",
+           shape_str(shape), x.describe(), shape_str(x.strides()));
+    return {shape, *strides, x.storage_offset()};
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    return {reshape(ctx.grads[0], ctx.input_metas[0].shape)};
+  }
+
+ private:
+  const char* name_;
+  Shape shape_;
+};
+
+class PermuteOp final : public ViewOp {
+ public:
+  explicit PermuteOp(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  const char* name() const override { return "permute"; }
+  nlohmann::json attrs() const override { return {{"dims", dims_}}; }
+  Geometry geometry(const Tensor& x, const Loc& loc) const override {
+    if (static_cast<int64_t>(dims_.size()) != x.dim())
+      fail("permute", loc, "expected {} dims for {}, but got dims {}", x.dim(), x.describe(),
+           shape_str(dims_));
+    Geometry g{Shape(dims_.size()), Strides(dims_.size()), x.storage_offset()};
+    std::vector<bool> seen(dims_.size(), false);
+    for (size_t i = 0; i < dims_.size(); ++i) {
+      int64_t d = wrap_dim(dims_[i], x.dim(), "permute", loc);
+      if (seen[d]) fail("permute", loc, "expected a permutation, but got dims {} (dim {} repeats)",
+                        shape_str(dims_), d);
+      seen[d] = true;
+      g.shape[i] = x.shape()[d];
+      g.strides[i] = x.strides()[d];
+    }
+    return g;
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    int64_t rank = static_cast<int64_t>(dims_.size());
+    std::vector<int64_t> inverse(dims_.size());
+    for (int64_t i = 0; i < rank; ++i) inverse[(dims_[i] % rank + rank) % rank] = i;
+    return {permute(ctx.grads[0], inverse)};
+  }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+// Python-slice clamping of [start, end) for a dim of `size`.
+std::pair<int64_t, int64_t> clamp_slice(std::optional<int64_t> start, std::optional<int64_t> end,
+                                        int64_t size) {
+  auto clamp = [size](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + size : v, 0, size); };
+  int64_t s = start ? clamp(*start) : 0;
+  int64_t e = end ? clamp(*end) : size;
+  return {s, std::max(s, e)};
+}
+
+class SliceOp final : public ViewOp {
+ public:
+  SliceOp(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step)
+      : dim_(dim), start_(start), end_(end), step_(step) {}
+  const char* name() const override { return "slice"; }
+  nlohmann::json attrs() const override {
+    return {{"dim", dim_}, {"start", start_ ? nlohmann::json(*start_) : nlohmann::json()},
+            {"end", end_ ? nlohmann::json(*end_) : nlohmann::json()}, {"step", step_}};
+  }
+  Geometry geometry(const Tensor& x, const Loc& loc) const override {
+    if (x.dim() == 0) fail("slice", loc, "expected a tensor with at least one dim, but got {}",
+                           x.describe());
+    if (step_ <= 0) fail("slice", loc, "expected a positive step, but got {}", step_);
+    int64_t d = wrap_dim(dim_, x.dim(), "slice", loc);
+    auto [s, e] = clamp_slice(start_, end_, x.shape()[d]);
+    Geometry g{x.shape(), x.strides(), x.storage_offset() + s * x.strides()[d]};
+    g.shape[d] = (e - s + step_ - 1) / step_;
+    g.strides[d] *= step_;
+    return g;
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override;
+
+ private:
+  int64_t dim_;
+  std::optional<int64_t> start_, end_;
+  int64_t step_;
+};
+
+// The gradient of a slice: zeros of the input's shape with `g` written into the sliced region.
+class SliceBackwardOp final : public Op {
+ public:
+  SliceBackwardOp(Shape shape, int64_t dim, int64_t start, int64_t end, int64_t step)
+      : shape_(std::move(shape)), dim_(dim), start_(start), end_(end), step_(step) {}
+  const char* name() const override { return "slice_backward"; }
+  nlohmann::json attrs() const override {
+    return {{"shape", shape_}, {"dim", dim_}, {"start", start_}, {"end", end_}, {"step", step_}};
+  }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{shape_, in[0].dtype(), in[0].device()}};
+  }
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    std::memset(out[0].raw_data(), 0, out[0].nbytes());
+    Tensor region = make_view(out[0], out[0].shape(), out[0].strides(), 0);
+    Geometry g = SliceOp(dim_, start_, end_, step_).geometry(region, Loc::current());
+    copy_into(make_view(out[0], g.shape, g.strides, g.offset), in[0]);
+  }
+  Saves saves() const override { return {false, false}; }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    return {slice(ctx.grads[0], dim_, start_, end_, step_)};
+  }
+
+ private:
+  Shape shape_;
+  int64_t dim_, start_, end_, step_;
+};
+
+std::vector<Tensor> SliceOp::vjp(const VjpContext& ctx) const {
+  const Shape& shape = ctx.input_metas[0].shape;
+  int64_t d = wrap_dim(dim_, static_cast<int64_t>(shape.size()), "slice");
+  auto [s, e] = clamp_slice(start_, end_, shape[d]);
+  return {call_op<SliceBackwardOp>({ctx.grads[0]}, Loc::current(), shape, d, s, e, step_)};
+}
+
+class ExpandOp final : public ViewOp {
+ public:
+  explicit ExpandOp(Shape shape) : shape_(std::move(shape)) {}
+  const char* name() const override { return "expand"; }
+  nlohmann::json attrs() const override { return {{"shape", shape_}}; }
+  Geometry geometry(const Tensor& x, const Loc& loc) const override {
+    if (shape_.size() < x.shape().size())
+      fail("expand", loc, "expected at least {} dims in the target shape, but got {} for {}",
+           x.dim(), shape_str(shape_), x.describe());
+    size_t lead = shape_.size() - x.shape().size();
+    Geometry g{shape_, Strides(shape_.size(), 0), x.storage_offset()};
+    for (size_t i = 0; i < shape_.size(); ++i) {
+      if (i < lead) {
+        if (shape_[i] < 0)
+          fail("expand", loc, "expected a size for new leading dim {}, but got -1", i);
+        continue;
+      }
+      int64_t have = x.shape()[i - lead];
+      if (shape_[i] == -1 || shape_[i] == have) {
+        g.shape[i] = have;
+        g.strides[i] = x.strides()[i - lead];
+      } else if (have != 1) {
+        fail("expand", loc,
+             "expected singleton dims to expand, but got {} -> {} (dim {} has size {}, not 1)",
+             x.describe(), shape_str(shape_), i, have);
+      }
+    }
+    return g;
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    return {sum_to(ctx.grads[0], ctx.input_metas[0].shape)};
+  }
+
+ private:
+  Shape shape_;
+};
+
+class CloneOp final : public Op {
+ public:
+  const char* name() const override { return "clone"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), in[0].dtype(), in[0].device()}};
+  }
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    copy_into(out[0], in[0]);
+  }
+  Saves saves() const override { return {false, false}; }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override { return {ctx.grads[0]}; }
+};
+
+class ToDtypeOp final : public Op {
+ public:
+  explicit ToDtypeOp(DType dtype) : dtype_(dtype) {}
+  const char* name() const override { return "to_dtype"; }
+  nlohmann::json attrs() const override { return {{"dtype", dtype_name(dtype_)}}; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), dtype_, in[0].device()}};
+  }
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    copy_into(out[0], in[0]);
+  }
+  bool differentiable() const override { return is_floating(dtype_); }
+  Saves saves() const override { return {false, false}; }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    return {to_dtype(ctx.grads[0], ctx.input_metas[0].dtype)};
+  }
+
+ private:
+  DType dtype_;
+};
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
+  Shape target = infer_size(shape, x.numel(), "reshape", x, loc);
+  if (!view_strides(x.shape(), x.strides(), target)) return call_op<ReshapeOp>(
+      {contiguous(x, loc)}, loc, "reshape", std::move(shape));
+  return call_op<ReshapeOp>({x}, loc, "reshape", std::move(shape));
+}
+
+Tensor view(const Tensor& x, Shape shape, const Loc& loc) {
+  return call_op<ReshapeOp>({x}, loc, "view", std::move(shape));
+}
+
+Tensor permute(const Tensor& x, std::vector<int64_t> dims, const Loc& loc) {
+  return call_op<PermuteOp>({x}, loc, std::move(dims));
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
+  if (x.dim() == 0) return x;
+  std::vector<int64_t> dims(x.dim());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[wrap_dim(d0, x.dim(), "transpose", loc)], dims[wrap_dim(d1, x.dim(), "transpose", loc)]);
+  return permute(x, dims, loc);
+}
+
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
+             std::optional<int64_t> end, int64_t step, const Loc& loc) {
+  return call_op<SliceOp>({x}, loc, dim, start, end, step);
+}
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, const Loc& loc) {
+  int64_t d = wrap_dim(dim, x.dim(), "narrow", loc);
+  int64_t size = x.shape()[d];
+  if (start < 0) start += size;
+  if (start < 0 || length < 0 || start + length > size)
+    fail("narrow", loc, "expected start + length <= {} along dim {}, but got start {} and length {} "
+         "for {}", size, d, start, length, x.describe());
+  return slice(x, d, start, start + length, 1, loc);
+}
+
+Tensor select(const Tensor& x, int64_t dim, int64_t index, const Loc& loc) {
+  int64_t d = wrap_dim(dim, x.dim(), "select", loc);
+  int64_t size = x.shape()[d];
+  if (index < -size || index >= size)
+    fail("select", loc, "expected an index in [{}, {}) along dim {}, but got {} for {}", -size,
+         size, d, index, x.describe());
+  if (index < 0) index += size;
+  return squeeze(slice(x, d, index, index + 1, 1, loc), d, loc);
+}
+
+Tensor expand(const Tensor& x, Shape shape, const Loc& loc) {
+  return call_op<ExpandOp>({x}, loc, std::move(shape));
+}
+
+Tensor broadcast_to(const Tensor& x, Shape shape, const Loc& loc) {
+  return expand(x, std::move(shape), loc);
+}
+
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim, const Loc& loc) {
+  Shape shape;
+  if (dim) {
+    int64_t d = wrap_dim(*dim, x.dim(), "squeeze", loc);
+    shape = x.shape();
+    if (x.dim() > 0 && shape[d] == 1) shape.erase(shape.begin() + d);
+  } else {
+    for (int64_t s : x.shape())
+      if (s != 1) shape.push_back(s);
+  }
+  return call_op<ReshapeOp>({x}, loc, "squeeze", std::move(shape));
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim, const Loc& loc) {
+  int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze", loc);
+  Shape shape = x.shape();
+  shape.insert(shape.begin() + d, 1);
+  return call_op<ReshapeOp>({x}, loc, "unsqueeze", std::move(shape));
+}
+
+Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
+  if (x.dim() == 0) return reshape(x, {1}, loc);
+  int64_t s = wrap_dim(start, x.dim(), "flatten", loc);
+  int64_t e = wrap_dim(end, x.dim(), "flatten", loc);
+  if (s > e) fail("flatten", loc, "expected start dim <= end dim, but got {} > {}", s, e);
+  Shape shape(x.shape().begin(), x.shape().begin() + s);
+  int64_t n = 1;
+  for (int64_t d = s; d <= e; ++d) n *= x.shape()[d];
+  shape.push_back(n);
+  shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
+  return reshape(x, std::move(shape), loc);
+}
+
+Tensor clone(const Tensor& x, const Loc& loc) { return call_op<CloneOp>({x}, loc); }
+
+Tensor contiguous(const Tensor& x, const Loc& loc) {
+  return x.is_contiguous() ? x : clone(x, loc);
+}
+
+Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc) {
+  return x.dtype() == dtype ? x : call_op<ToDtypeOp>({x}, loc, dtype);
+}
+
+Tensor detach(const Tensor& x) {
+  auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(),
+                                           x.storage_offset(), x.dtype());
+  impl->is_view_ = x.is_view();
+  return Tensor(std::move(impl));
+}
+
+namespace {
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+template <class F>
+Fn one(F f) {
+  return [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; };
+}
+
+KILN_REGISTER_OP_SAMPLES("reshape", [] {
+  return std::vector<OpSample>{
+      {"contiguous", {sample_tensor({2, 6}, 11)}, one([](const Tensor& x) {
+         return reshape(x, {3, -1});
+       }), "a0.reshape(3, -1)"},
+      {"copying", {sample_tensor({4, 3}, 12).t()}, one([](const Tensor& x) {
+         return reshape(x, {12});
+       }), "a0.reshape(12)"},
+      {"view", {sample_tensor({2, 3, 4}, 13)}, one([](const Tensor& x) {
+         return view(x, {6, 4});
+       }), "a0.view(6, 4)"},
+      {"squeeze_unsqueeze", {sample_tensor({2, 1, 3}, 14)}, one([](const Tensor& x) {
+         return unsqueeze(squeeze(x, 1), -1);
+       }), "a0.squeeze(1).unsqueeze(-1)"},
+      {"flatten", {sample_tensor({2, 3, 4}, 15)}, one([](const Tensor& x) {
+         return flatten(x, 1);
+       }), "torch.flatten(a0, 1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("permute", [] {
+  return std::vector<OpSample>{
+      {"3d", {sample_tensor({2, 3, 4}, 21)}, one([](const Tensor& x) {
+         return permute(x, {2, 0, 1});
+       }), "a0.permute(2, 0, 1)"},
+      {"transpose", {sample_tensor({2, 3, 4}, 22)}, one([](const Tensor& x) {
+         return transpose(x, 0, -1);
+       }), "a0.transpose(0, -1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("slice", [] {
+  return std::vector<OpSample>{
+      {"step", {sample_tensor({5, 4}, 31)}, one([](const Tensor& x) {
+         return slice(x, 0, 1, 5, 2);
+       }), "a0[1:5:2]"},
+      {"negative", {sample_tensor({3, 6}, 32)}, one([](const Tensor& x) {
+         return slice(x, -1, -4, std::nullopt);
+       }), "a0[:, -4:]"},
+      {"narrow", {sample_tensor({3, 6}, 33)}, one([](const Tensor& x) {
+         return narrow(x, 1, 2, 3);
+       }), "torch.narrow(a0, 1, 2, 3)"},
+      {"select", {sample_tensor({3, 4, 2}, 34)}, one([](const Tensor& x) {
+         return select(x, 1, -1);
+       }), "a0.select(1, -1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("expand", [] {
+  return std::vector<OpSample>{
+      {"leading", {sample_tensor({3, 1}, 41)}, one([](const Tensor& x) {
+         return expand(x, {2, 3, 4});
+       }), "a0.expand(2, 3, 4)"},
+      {"keep", {sample_tensor({1, 3}, 42)}, one([](const Tensor& x) {
+         return broadcast_to(x, {5, -1});
+       }), "a0.expand(5, -1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("clone", [] {
+  return std::vector<OpSample>{
+      {"strided", {sample_tensor({3, 4}, 51).t()}, one([](const Tensor& x) { return clone(x); }),
+       "a0.clone()"},
+      {"contiguous", {sample_tensor({3, 4}, 52).t()},
+       one([](const Tensor& x) { return contiguous(x); }), "a0.contiguous()"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("to_dtype", [] {
+  return std::vector<OpSample>{
+      {"to_float32_and_back", {sample_tensor({3, 4}, 61)}, one([](const Tensor& x) {
+         return to_dtype(to_dtype(x, DType::Float32), DType::Float64);
+       }), "", {}, false},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln

@@ -1,0 +1,141 @@
+// Tensor's PyTorch-style methods (declared in core/tensor.h) and the in-place ops.
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+Tensor Tensor::reshape(Shape s, const Loc& loc) const { return kiln::reshape(*this, s, loc); }
+Tensor Tensor::view(Shape s, const Loc& loc) const { return kiln::view(*this, s, loc); }
+Tensor Tensor::permute(std::vector<int64_t> d, const Loc& loc) const {
+  return kiln::permute(*this, d, loc);
+}
+Tensor Tensor::transpose(int64_t d0, int64_t d1, const Loc& loc) const {
+  return kiln::transpose(*this, d0, d1, loc);
+}
+Tensor Tensor::t(const Loc& loc) const {
+  if (dim() > 2) fail("t", loc, "expected a tensor with at most 2 dims, but got {}", describe());
+  return kiln::transpose(*this, 0, -1, loc);
+}
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length, const Loc& loc) const {
+  return kiln::narrow(*this, d, start, length, loc);
+}
+Tensor Tensor::select(int64_t d, int64_t index, const Loc& loc) const {
+  return kiln::select(*this, d, index, loc);
+}
+Tensor Tensor::expand(Shape s, const Loc& loc) const { return kiln::expand(*this, s, loc); }
+Tensor Tensor::squeeze(std::optional<int64_t> d, const Loc& loc) const {
+  return kiln::squeeze(*this, d, loc);
+}
+Tensor Tensor::unsqueeze(int64_t d, const Loc& loc) const { return kiln::unsqueeze(*this, d, loc); }
+Tensor Tensor::flatten(int64_t s, int64_t e, const Loc& loc) const {
+  return kiln::flatten(*this, s, e, loc);
+}
+Tensor Tensor::contiguous(const Loc& loc) const { return kiln::contiguous(*this, loc); }
+Tensor Tensor::clone(const Loc& loc) const { return kiln::clone(*this, loc); }
+Tensor Tensor::detach() const { return kiln::detach(*this); }
+Tensor Tensor::to(DType dt, const Loc& loc) const { return kiln::to_dtype(*this, dt, loc); }
+Tensor Tensor::to(Device dev, const Loc& loc) const {
+  if (dev == device()) return *this;
+  if (dev.is_meta()) return empty(shape(), {dtype(), kMeta});
+  fail("to", loc, "expected a tensor with memory to move to {}, but got {} (meta tensors have no "
+       "values to copy)", dev.name(), describe());
+}
+Tensor Tensor::sum(const Loc& loc) const { return kiln::sum(*this, {}, false, loc); }
+Tensor Tensor::mean(const Loc& loc) const { return kiln::mean(*this, {}, false, loc); }
+
+namespace {
+
+// Note [in-place ops]: an in-place op computes its result with the out-of-place op (so the
+// gradient is the out-of-place op's), writes it into self's memory, bumps the version counter
+// (saved copies of self become invalid, and backward says which op modified them), and moves
+// self's history to the result's. When the out-of-place op saves its inputs for backward, it gets
+// a clone of self, since self's memory is about to change.
+template <class F>
+Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves_self,
+                      const Tensor& other, F compute) {
+  const bool recording = GradMode::is_enabled() &&
+                         (self.requires_grad() || (other.defined() && other.requires_grad()));
+  if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf())
+    fail(name, loc,
+         "expected a tensor that does not require grad, but got a leaf {} that requires grad; "
+         "modify it under NoGradGuard (as optimizers do) or use the out-of-place op",
+         self.describe());
+  if (recording && self.is_view())
+    fail(name, loc,
+         "in-place modification of a view ({}) while recording gradients is not supported yet; "
+         "use the out-of-place op",
+         self.describe());
+  Tensor input = recording && saves_self ? kiln::clone(self, loc) : self;
+  Tensor result = compute(input);
+  if (result.shape() != self.shape())
+    fail(name, loc, "expected a result of the modified tensor's shape {}, but got {} (in-place ops "
+         "cannot broadcast the tensor they modify)", shape_str(self.shape()),
+         shape_str(result.shape()));
+  if (is_floating(result.dtype()) && !is_floating(self.dtype()))
+    fail(name, loc, "expected a result castable to {}, but got {} (cannot write floats into an "
+         "integer tensor in place)", self.describe(), result.describe());
+  if (!self.is_meta() && !result.is_same(self)) copy_into(self, result);
+  self.storage()->bump_version(name, loc);
+  if (recording && result.requires_grad()) {
+    AutogradMeta& meta = self.impl()->autograd();
+    meta.grad_fn = result.grad_fn();
+    meta.output_nr = result.output_nr();
+  }
+  return self;
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o, const Loc& loc) {
+  return apply_inplace(*this, "add_", loc, false, o, [&](const Tensor& s) { return add(s, o, loc); });
+}
+Tensor& Tensor::sub_(const Tensor& o, const Loc& loc) {
+  return apply_inplace(*this, "sub_", loc, false, o, [&](const Tensor& s) { return sub(s, o, loc); });
+}
+Tensor& Tensor::mul_(const Tensor& o, const Loc& loc) {
+  return apply_inplace(*this, "mul_", loc, true, o, [&](const Tensor& s) { return mul(s, o, loc); });
+}
+Tensor& Tensor::div_(const Tensor& o, const Loc& loc) {
+  return apply_inplace(*this, "div_", loc, true, o, [&](const Tensor& s) { return div(s, o, loc); });
+}
+Tensor& Tensor::add_(double o, const Loc& loc) { return add_(scalar_like(o, *this), loc); }
+Tensor& Tensor::sub_(double o, const Loc& loc) { return sub_(scalar_like(o, *this), loc); }
+Tensor& Tensor::mul_(double o, const Loc& loc) { return mul_(scalar_like(o, *this), loc); }
+Tensor& Tensor::div_(double o, const Loc& loc) { return div_(scalar_like(o, *this), loc); }
+
+Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi, const Loc& loc) {
+  return apply_inplace(*this, "clamp_", loc, true, Tensor(),
+                       [&](const Tensor& s) { return clamp(s, lo, hi, loc); });
+}
+
+Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
+  return apply_inplace(*this, "copy_", loc, false, src, [&](const Tensor& s) {
+    if (src.device() != s.device())
+      fail("copy_", loc, "expected a source on {}, but got {}", s.device().name(), src.describe());
+    // Assignment converts any dtype, unlike arithmetic.
+    return kiln::expand(kiln::to_dtype(src, s.dtype(), loc), s.shape(), loc);
+  });
+}
+
+// fill_ and zero_ cut the history of the overwritten values: their gradient would be zero.
+Tensor& Tensor::fill_(double value, const Loc& loc) {
+  if (GradMode::is_enabled() && requires_grad() && is_leaf())
+    fail("fill_", loc, "expected a tensor that does not require grad, but got a leaf {} that "
+         "requires grad; modify it under NoGradGuard", describe());
+  if (!is_meta()) {
+    Tensor v = scalar_tensor(value, {dtype()});
+    copy_into(*this, v);
+  }
+  storage()->bump_version("fill_", loc);
+  if (impl()->autograd_) impl()->autograd_->grad_fn.reset();
+  return *this;
+}
+
+Tensor& Tensor::zero_(const Loc& loc) { return fill_(0.0, loc); }
+
+}  // namespace kiln

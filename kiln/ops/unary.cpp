@@ -1,0 +1,493 @@
+// Elementwise functions of one tensor: one UnaryOp template, one small struct per function (name,
+// dtype policy, scalar function in compute type, gradient written with public ops).
+#include "kiln/ops/unary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/compare.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// Note [unary dtype policy]: a "floating" function (exp, tanh, gelu, ...) of an integer or bool
+// tensor computes in float32 and returns float32, like PyTorch. An "integral" function (neg, abs,
+// sign, relu, clamp) keeps integer dtypes; of those only sign accepts bool (PyTorch rejects the
+// rest, and neg points at logical_not). Integer tensors never require grad, so gradients are only
+// ever asked of floating inputs.
+template <class T>
+constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+
+struct Floating {
+  static constexpr bool kKeepsIntegers = false;
+  static constexpr bool kAcceptsBool = true;
+  static constexpr Op::Saves kSaves{.inputs = true, .outputs = false};
+  nlohmann::json attrs() const { return nlohmann::json::object(); }
+  void validate(const char*, const Tensor&, const Loc&) const {}
+};
+
+struct Integral : Floating {
+  static constexpr bool kKeepsIntegers = true;
+  static constexpr bool kAcceptsBool = false;
+};
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;    // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+constexpr double kGeluTanhBeta = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluTanhKappa = 0.044715;
+
+struct NegFn : Integral {
+  static constexpr const char* kName = "neg";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
+  template <class T>
+  T apply(T x) const { return static_cast<T>(-x); }
+  Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return neg(g); }
+};
+
+struct AbsFn : Integral {
+  static constexpr const char* kName = "abs";
+  template <class T>
+  T apply(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? static_cast<T>(-x) : x;
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, sign(x)); }
+};
+
+struct SignFn : Integral {
+  static constexpr const char* kName = "sign";
+  static constexpr bool kAcceptsBool = true;
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
+  template <class T>
+  T apply(T x) const {
+    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return static_cast<T>(x != T(0));
+    else return static_cast<T>((T(0) < x) - (x < T(0)));  // NaN gives 0, as in PyTorch
+  }
+  Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return zeros_like(g); }
+};
+
+struct ReluFn : Integral {
+  static constexpr const char* kName = "relu";
+  template <class T>
+  T apply(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    return mul(g, to_dtype(gt(x, 0.0), g.dtype()));
+  }
+};
+
+struct ClampFn : Integral {
+  static constexpr const char* kName = "clamp";
+  std::optional<double> min, max;
+  ClampFn(std::optional<double> lo, std::optional<double> hi) : min(lo), max(hi) {}
+  nlohmann::json attrs() const {
+    return {{"min", min ? nlohmann::json(*min) : nlohmann::json()},
+            {"max", max ? nlohmann::json(*max) : nlohmann::json()}};
+  }
+  void validate(const char* name, const Tensor& x, const Loc& loc) const {
+    if (!min && !max)
+      fail(name, loc, "expected at least one of min and max, but got neither (input {})",
+           x.describe());
+  }
+  // Note [integer clamp]: kiln keeps integer dtypes where PyTorch 1.13 promotes to float32 for a
+  // fractional bound; the integer result is the exact one (min rounds up, max rounds down), and
+  // bounds outside the dtype's range saturate instead of overflowing.
+  template <class T>
+  static T bound(double v, bool is_min) {
+    if constexpr (std::is_integral_v<T>) {
+      v = is_min ? std::ceil(v) : std::floor(v);
+      v = std::clamp(v, static_cast<double>(std::numeric_limits<T>::min()),
+                     static_cast<double>(std::numeric_limits<T>::max()));
+    }
+    return static_cast<T>(v);
+  }
+  template <class T>
+  T apply(T x) const {
+    // std::max/min keep their first argument when comparisons fail, so NaN propagates.
+    if (min) x = std::max(x, bound<T>(*min, true));
+    if (max) x = std::min(x, bound<T>(*max, false));
+    return x;
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    Tensor inside;
+    if (min) inside = ge(x, *min);
+    if (max) inside = inside.defined() ? logical_and(inside, le(x, *max)) : le(x, *max);
+    return where(inside, g, 0.0);
+  }
+};
+
+struct ExpFn : Floating {
+  static constexpr const char* kName = "exp";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
+  template <class T>
+  T apply(T x) const { return std::exp(x); }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return mul(g, y); }
+};
+
+struct LogFn : Floating {
+  static constexpr const char* kName = "log";
+  template <class T>
+  T apply(T x) const { return std::log(x); }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, x); }
+};
+
+struct Log1pFn : Floating {
+  static constexpr const char* kName = "log1p";
+  template <class T>
+  T apply(T x) const { return std::log1p(x); }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    return div(g, add(x, 1.0));
+  }
+};
+
+struct SqrtFn : Floating {
+  static constexpr const char* kName = "sqrt";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
+  template <class T>
+  T apply(T x) const { return std::sqrt(x); }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
+    return div(g, mul(y, 2.0));
+  }
+};
+
+struct RsqrtFn : Floating {
+  static constexpr const char* kName = "rsqrt";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
+  template <class T>
+  T apply(T x) const { return T(1) / std::sqrt(x); }
+  // d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
+    return mul(mul(g, mul(y, mul(y, y))), -0.5);
+  }
+};
+
+struct SinFn : Floating {
+  static constexpr const char* kName = "sin";
+  template <class T>
+  T apply(T x) const { return std::sin(x); }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, cos(x)); }
+};
+
+struct CosFn : Floating {
+  static constexpr const char* kName = "cos";
+  template <class T>
+  T apply(T x) const { return std::cos(x); }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    return neg(mul(g, sin(x)));
+  }
+};
+
+struct TanhFn : Floating {
+  static constexpr const char* kName = "tanh";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
+  template <class T>
+  T apply(T x) const { return std::tanh(x); }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
+    return mul(g, sub(1.0, mul(y, y)));
+  }
+};
+
+struct SigmoidFn : Floating {
+  static constexpr const char* kName = "sigmoid";
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
+  template <class T>
+  T apply(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
+    return mul(g, mul(y, sub(1.0, y)));
+  }
+};
+
+// erf has no public function yet (unary.h does not declare one); exact gelu's gradient needs the
+// normal CDF, so it is an op here, differentiable like the others.
+struct ErfFn : Floating {
+  static constexpr const char* kName = "erf";
+  template <class T>
+  T apply(T x) const { return std::erf(x); }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
+  }
+};
+
+Tensor erf_op(const Tensor& x, const Loc& loc = Loc::current());
+
+struct GeluFn : Floating {
+  static constexpr const char* kName = "gelu";
+  std::string approximate;
+  bool use_tanh;
+  explicit GeluFn(std::string a) : approximate(std::move(a)), use_tanh(approximate == "tanh") {}
+  nlohmann::json attrs() const { return {{"approximate", approximate}}; }
+  void validate(const char* name, const Tensor& x, const Loc& loc) const {
+    if (approximate != "none" && approximate != "tanh")
+      fail(name, loc, "expected approximate to be one of \"none\", \"tanh\", but got \"{}\" (input {})",
+           approximate, x.describe());
+  }
+  template <class T>
+  T apply(T x) const {
+    if (use_tanh) {
+      T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * x * x * x);
+      return T(0.5) * x * (T(1) + std::tanh(inner));
+    }
+    return x * T(0.5) * (T(1) + std::erf(x * T(kSqrt1_2)));
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    if (use_tanh) {
+      Tensor x2 = mul(x, x);
+      Tensor t = tanh(mul(add(x, mul(mul(x, x2), kGeluTanhKappa)), kGeluTanhBeta));
+      // d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) beta (1 + 3 kappa x^2)
+      Tensor dinner = mul(add(mul(x2, 3.0 * kGeluTanhKappa), 1.0), kGeluTanhBeta);
+      Tensor d = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), dinner));
+      return mul(g, d);
+    }
+    Tensor cdf = mul(add(erf_op(mul(x, kSqrt1_2)), 1.0), 0.5);
+    Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
+    return mul(g, add(cdf, mul(x, pdf)));
+  }
+};
+
+struct SiluFn : Floating {
+  static constexpr const char* kName = "silu";
+  template <class T>
+  T apply(T x) const { return x / (T(1) + std::exp(-x)); }
+  // d/dx x s(x) = s (1 + x (1 - s))
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    Tensor s = sigmoid(x);
+    return mul(g, mul(s, add(mul(x, sub(1.0, s)), 1.0)));
+  }
+};
+
+struct SoftplusFn : Floating {
+  static constexpr const char* kName = "softplus";
+  double beta, threshold;
+  SoftplusFn(double b, double t) : beta(b), threshold(t) {}
+  nlohmann::json attrs() const { return {{"beta", beta}, {"threshold", threshold}}; }
+  template <class T>
+  T apply(T x) const {
+    T z = x * T(beta);
+    return z > T(threshold) ? x : static_cast<T>(std::log1p(std::exp(z)) / T(beta));
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    Tensor z = mul(x, beta);
+    return where(gt(z, threshold), g, mul(g, sigmoid(z)));
+  }
+};
+
+struct PowFn : Floating {
+  static constexpr const char* kName = "pow";
+  double exponent;
+  explicit PowFn(double e) : exponent(e) {}
+  nlohmann::json attrs() const { return {{"exponent", exponent}}; }
+  template <class T>
+  T apply(T x) const {
+    if (exponent == 2.0) return x * x;  // exact, and what PyTorch does
+    return static_cast<T>(std::pow(x, static_cast<T>(exponent)));
+  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
+    // x^0 is constant; the general formula would give 0 * x^-1 = NaN at x = 0.
+    if (exponent == 0.0) return zeros_like(g);
+    return mul(mul(g, exponent), pow(x, exponent - 1.0));
+  }
+};
+
+template <class Fn>
+class UnaryOp final : public Op {
+ public:
+  explicit UnaryOp(Fn fn) : fn_(std::move(fn)) {}
+  const char* name() const override { return Fn::kName; }
+  nlohmann::json attrs() const override { return fn_.attrs(); }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    fn_.validate(name(), x, loc);
+    DType dt = x.dtype();
+    if (dt == DType::Bool && !Fn::kAcceptsBool) {
+      if constexpr (std::is_same_v<Fn, NegFn>)
+        fail(name(), loc, "negation of a bool tensor is not supported, use logical_not (got {})",
+             x.describe());
+      fail(name(), loc, "expected a numeric tensor, but got {}", x.describe());
+    }
+    if (!is_floating(dt) && !Fn::kKeepsIntegers) dt = DType::Float32;
+    return {{x.shape(), dt, x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    visit_dtype(in[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool> && !Fn::kAcceptsBool) {
+        KILN_INTERNAL_ASSERT(false, std::string(Fn::kName) + " reached its kernel with bool");
+      } else if constexpr (kIsFloat<T> || Fn::kKeepsIntegers) {
+        using C = compute_t<T>;
+        map_unary<T, T>(in[0], out[0], [this](C v) { return fn_.template apply<C>(v); });
+      } else {
+        map_unary<T, float>(in[0], out[0],
+                            [this](auto v) { return fn_.template apply<float>(static_cast<float>(v)); });
+      }
+    });
+  }
+
+  Saves saves() const override { return Fn::kSaves; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0] || !is_floating(ctx.input_metas[0].dtype)) return {Tensor()};
+    Tensor x = ctx.inputs.empty() ? Tensor() : ctx.inputs[0];
+    Tensor y = ctx.outputs.empty() ? Tensor() : ctx.outputs[0];
+    return {fn_.grad(x, y, ctx.grads[0])};
+  }
+
+ private:
+  Fn fn_;
+};
+
+template <class Fn>
+Tensor unary(const Tensor& x, const Loc& loc, Fn fn = Fn{}) {
+  return call_op<UnaryOp<Fn>>({x}, loc, std::move(fn));
+}
+
+Tensor erf_op(const Tensor& x, const Loc& loc) { return unary<ErfFn>(x, loc); }
+
+}  // namespace
+
+Tensor neg(const Tensor& x, const Loc& loc) { return unary<NegFn>(x, loc); }
+Tensor abs(const Tensor& x, const Loc& loc) { return unary<AbsFn>(x, loc); }
+Tensor sign(const Tensor& x, const Loc& loc) { return unary<SignFn>(x, loc); }
+Tensor exp(const Tensor& x, const Loc& loc) { return unary<ExpFn>(x, loc); }
+Tensor log(const Tensor& x, const Loc& loc) { return unary<LogFn>(x, loc); }
+Tensor log1p(const Tensor& x, const Loc& loc) { return unary<Log1pFn>(x, loc); }
+Tensor sqrt(const Tensor& x, const Loc& loc) { return unary<SqrtFn>(x, loc); }
+Tensor rsqrt(const Tensor& x, const Loc& loc) { return unary<RsqrtFn>(x, loc); }
+Tensor sin(const Tensor& x, const Loc& loc) { return unary<SinFn>(x, loc); }
+Tensor cos(const Tensor& x, const Loc& loc) { return unary<CosFn>(x, loc); }
+Tensor tanh(const Tensor& x, const Loc& loc) { return unary<TanhFn>(x, loc); }
+Tensor sigmoid(const Tensor& x, const Loc& loc) { return unary<SigmoidFn>(x, loc); }
+Tensor relu(const Tensor& x, const Loc& loc) { return unary<ReluFn>(x, loc); }
+Tensor gelu(const Tensor& x, const std::string& approximate, const Loc& loc) {
+  return unary(x, loc, GeluFn(approximate));
+}
+Tensor silu(const Tensor& x, const Loc& loc) { return unary<SiluFn>(x, loc); }
+Tensor softplus(const Tensor& x, double beta, double threshold, const Loc& loc) {
+  return unary(x, loc, SoftplusFn(beta, threshold));
+}
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max,
+             const Loc& loc) {
+  return unary(x, loc, ClampFn(min, max));
+}
+Tensor pow(const Tensor& x, double exponent, const Loc& loc) {
+  return unary(x, loc, PowFn(exponent));
+}
+
+namespace {
+
+using UnaryFn = std::function<Tensor(const Tensor&)>;
+
+// Matrix, zero-dim, 3-d with a size-1 dim, and a transposed (non-contiguous) input.
+std::vector<OpSample> unary_samples(UnaryFn f, const std::string& torch, double low, double high) {
+  auto call = [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; };
+  return {
+      {"matrix", {sample_tensor({3, 4}, 11, low, high)}, call, torch + "(a0)"},
+      {"zero_dim", {sample_tensor({}, 12, low, high)}, call, torch + "(a0)"},
+      {"rank3", {sample_tensor({2, 1, 5}, 13, low, high)}, call, torch + "(a0)"},
+      {"transposed", {sample_tensor({4, 3}, 14, low, high).t()}, call, torch + "(a0)"},
+  };
+}
+
+template <Tensor (*F)(const Tensor&, const Loc&)>
+Tensor plain(const Tensor& x) {
+  return F(x, Loc::current());
+}
+
+KILN_REGISTER_OP_SAMPLES("neg", [] { return unary_samples(plain<neg>, "torch.neg", -1, 1); });
+KILN_REGISTER_OP_SAMPLES("abs", [] { return unary_samples(plain<abs>, "torch.abs", -1, 1); });
+KILN_REGISTER_OP_SAMPLES("sign", [] { return unary_samples(plain<sign>, "torch.sign", -1, 1); });
+KILN_REGISTER_OP_SAMPLES("exp", [] { return unary_samples(plain<exp>, "torch.exp", -2, 2); });
+KILN_REGISTER_OP_SAMPLES("log", [] { return unary_samples(plain<log>, "torch.log", 0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("log1p",
+                         [] { return unary_samples(plain<log1p>, "torch.log1p", -0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("sqrt", [] { return unary_samples(plain<sqrt>, "torch.sqrt", 0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("rsqrt",
+                         [] { return unary_samples(plain<rsqrt>, "torch.rsqrt", 0.5, 2); });
+KILN_REGISTER_OP_SAMPLES("sin", [] { return unary_samples(plain<sin>, "torch.sin", -3, 3); });
+KILN_REGISTER_OP_SAMPLES("cos", [] { return unary_samples(plain<cos>, "torch.cos", -3, 3); });
+KILN_REGISTER_OP_SAMPLES("tanh", [] { return unary_samples(plain<tanh>, "torch.tanh", -2, 2); });
+KILN_REGISTER_OP_SAMPLES("sigmoid",
+                         [] { return unary_samples(plain<sigmoid>, "torch.sigmoid", -3, 3); });
+KILN_REGISTER_OP_SAMPLES("relu", [] { return unary_samples(plain<relu>, "torch.relu", -1, 1); });
+KILN_REGISTER_OP_SAMPLES("silu", [] {
+  return unary_samples(plain<silu>, "torch.nn.functional.silu", -3, 3);
+});
+KILN_REGISTER_OP_SAMPLES("erf", [] {
+  return unary_samples([](const Tensor& x) { return erf_op(x); }, "torch.erf", -2, 2);
+});
+
+std::vector<OpSample> gelu_samples() {
+  auto samples = unary_samples([](const Tensor& x) { return gelu(x); },
+                               "torch.nn.functional.gelu", -3, 3);
+  auto tanh_samples = unary_samples([](const Tensor& x) { return gelu(x, "tanh"); },
+                                    "torch.nn.functional.gelu", -3, 3);
+  for (OpSample& s : tanh_samples) {
+    s.label = "tanh_" + s.label;
+    s.torch.insert(s.torch.size() - 1, ", approximate='tanh'");
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+KILN_REGISTER_OP_SAMPLES("gelu", gelu_samples);
+
+std::vector<OpSample> softplus_samples() {
+  auto samples = unary_samples([](const Tensor& x) { return softplus(x); },
+                               "torch.nn.functional.softplus", -3, 3);
+  // beta * x crosses the threshold inside the range, so both branches are exercised.
+  auto call = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{softplus(in[0], 2.0, 1.5)};
+  };
+  samples.push_back({"beta_threshold", {sample_tensor({4, 5}, 15, -2, 2)}, call,
+                     "torch.nn.functional.softplus(a0, beta=2.0, threshold=1.5)"});
+  return samples;
+}
+KILN_REGISTER_OP_SAMPLES("softplus", softplus_samples);
+
+std::vector<OpSample> clamp_samples() {
+  auto both = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{clamp(in[0], -0.5, 0.5)};
+  };
+  auto lo = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{clamp(in[0], 0.25, std::nullopt)};
+  };
+  auto hi = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{clamp(in[0], std::nullopt, -0.25)};
+  };
+  return std::vector<OpSample>{
+      {"min_max", {sample_tensor({3, 4}, 16)}, both, "torch.clamp(a0, min=-0.5, max=0.5)"},
+      {"min_only", {sample_tensor({2, 3, 2}, 17)}, lo, "torch.clamp(a0, min=0.25)"},
+      {"max_only_transposed", {sample_tensor({4, 3}, 18).t()}, hi, "torch.clamp(a0, max=-0.25)"},
+  };
+}
+KILN_REGISTER_OP_SAMPLES("clamp", clamp_samples);
+
+std::vector<OpSample> pow_samples() {
+  auto with = [](double e) {
+    return [e](const std::vector<Tensor>& in) { return std::vector<Tensor>{pow(in[0], e)}; };
+  };
+  return std::vector<OpSample>{
+      {"fractional", {sample_tensor({3, 4}, 19, 0.5, 2)}, with(2.5), "torch.pow(a0, 2.5)"},
+      {"negative", {sample_tensor({2, 3}, 20, 0.5, 2)}, with(-1.5), "torch.pow(a0, -1.5)"},
+      {"cube", {sample_tensor({2, 1, 3}, 21, -1, 1)}, with(3.0), "torch.pow(a0, 3.0)"},
+      {"square_zero_dim", {sample_tensor({}, 22, -1, 1)}, with(2.0), "torch.pow(a0, 2.0)"},
+      {"zero", {sample_tensor({4}, 23, -1, 1)}, with(0.0), "torch.pow(a0, 0.0)"},
+  };
+}
+KILN_REGISTER_OP_SAMPLES("pow", pow_samples);
+
+}  // namespace
+
+}  // namespace kiln
