@@ -1,11 +1,13 @@
 #pragma once
 // The public surface of kiln.
 #include "kiln/autograd/engine.h"
+#include "kiln/autograd/gradcheck.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rng.h"
 #include "kiln/core/tensor.h"
+#include "kiln/data/idx.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/factories.h"

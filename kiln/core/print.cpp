@@ -39,7 +39,8 @@ void gather_offsets(const Tensor& t, bool summarize, size_t d, int64_t offset,
   const int64_t n = t.shape()[d];
   const int64_t st = t.strides()[d];
   if (summarize && n > 2 * kEdgeItems) {
-    for (int64_t i = 0; i < kEdgeItems; ++i) gather_offsets(t, summarize, d + 1, offset + i * st, out);
+    for (int64_t i = 0; i < kEdgeItems; ++i)
+      gather_offsets(t, summarize, d + 1, offset + i * st, out);
     for (int64_t i = n - kEdgeItems; i < n; ++i)
       gather_offsets(t, summarize, d + 1, offset + i * st, out);
   } else {
@@ -62,7 +63,8 @@ Values read_values(const Tensor& t, bool summarize) {
       for (int64_t o : offsets) v.ints.push_back(static_cast<int64_t>(base[o]));
     } else {
       v.kind = Kind::Floating;
-      for (int64_t o : offsets) v.floats.push_back(static_cast<double>(static_cast<compute_t<T>>(base[o])));
+      for (int64_t o : offsets)
+        v.floats.push_back(static_cast<double>(static_cast<compute_t<T>>(base[o])));
     }
   });
   return v;
@@ -187,9 +189,9 @@ class Body {
           static_cast<size_t>(std::max<int64_t>(1, (kLineWidth - indent) / element_length));
       std::vector<std::string> lines;
       for (size_t i = 0; i < data.size(); i += per_line) {
-        std::vector<std::string> line(data.begin() + static_cast<std::ptrdiff_t>(i),
-                                      data.begin() + static_cast<std::ptrdiff_t>(
-                                                         std::min(i + per_line, data.size())));
+        std::vector<std::string> line(
+            data.begin() + static_cast<std::ptrdiff_t>(i),
+            data.begin() + static_cast<std::ptrdiff_t>(std::min(i + per_line, data.size())));
         lines.push_back(join(line, ", "));
       }
       return "[" + join(lines, ",\n" + std::string(static_cast<size_t>(indent) + 1, ' ')) + "]";

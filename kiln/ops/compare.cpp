@@ -22,42 +22,54 @@ struct EqFn {
   static constexpr const char* kName = "eq";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a == b; }
+  static bool apply(T a, T b) {
+    return a == b;
+  }
 };
 
 struct NeFn {
   static constexpr const char* kName = "ne";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a != b; }
+  static bool apply(T a, T b) {
+    return a != b;
+  }
 };
 
 struct LtFn {
   static constexpr const char* kName = "lt";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a < b; }
+  static bool apply(T a, T b) {
+    return a < b;
+  }
 };
 
 struct LeFn {
   static constexpr const char* kName = "le";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a <= b; }
+  static bool apply(T a, T b) {
+    return a <= b;
+  }
 };
 
 struct GtFn {
   static constexpr const char* kName = "gt";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a > b; }
+  static bool apply(T a, T b) {
+    return a > b;
+  }
 };
 
 struct GeFn {
   static constexpr const char* kName = "ge";
   static constexpr bool kLogical = false;
   template <class T>
-  static bool apply(T a, T b) { return a >= b; }
+  static bool apply(T a, T b) {
+    return a >= b;
+  }
 };
 
 struct LogicalAndFn {
@@ -166,18 +178,17 @@ class WhereOp final : public Op {
       const T* pb = static_cast<const T*>(b.raw_data());
       T* po = static_cast<T*>(y.raw_data());
       const Shape& shape = y.shape();
-      for_each_row<4>(shape,
-                      {y.strides(), broadcast_strides(cond, shape), broadcast_strides(a, shape),
-                       broadcast_strides(b, shape)},
-                      [&](const std::array<int64_t, 4>& off, int64_t n,
-                          const std::array<int64_t, 4>& s) {
-                        T* o = po + off[0];
-                        const bool* c = pc + off[1];
-                        const T* x = pa + off[2];
-                        const T* z = pb + off[3];
-                        for (int64_t i = 0; i < n; ++i)
-                          o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : z[i * s[3]];
-                      });
+      for_each_row<4>(
+          shape,
+          {y.strides(), broadcast_strides(cond, shape), broadcast_strides(a, shape),
+           broadcast_strides(b, shape)},
+          [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& s) {
+            T* o = po + off[0];
+            const bool* c = pc + off[1];
+            const T* x = pa + off[2];
+            const T* z = pb + off[3];
+            for (int64_t i = 0; i < n; ++i) o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : z[i * s[3]];
+          });
     });
   }
 
@@ -200,18 +211,42 @@ class WhereOp final : public Op {
 
 }  // namespace
 
-Tensor eq(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<EqFn>(a, b, loc); }
-Tensor ne(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<NeFn>(a, b, loc); }
-Tensor lt(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<LtFn>(a, b, loc); }
-Tensor le(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<LeFn>(a, b, loc); }
-Tensor gt(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<GtFn>(a, b, loc); }
-Tensor ge(const Tensor& a, const Tensor& b, const Loc& loc) { return bool_binary<GeFn>(a, b, loc); }
-Tensor eq(const Tensor& a, double b, const Loc& loc) { return eq(a, scalar_like(b, a), loc); }
-Tensor ne(const Tensor& a, double b, const Loc& loc) { return ne(a, scalar_like(b, a), loc); }
-Tensor lt(const Tensor& a, double b, const Loc& loc) { return lt(a, scalar_like(b, a), loc); }
-Tensor le(const Tensor& a, double b, const Loc& loc) { return le(a, scalar_like(b, a), loc); }
-Tensor gt(const Tensor& a, double b, const Loc& loc) { return gt(a, scalar_like(b, a), loc); }
-Tensor ge(const Tensor& a, double b, const Loc& loc) { return ge(a, scalar_like(b, a), loc); }
+Tensor eq(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<EqFn>(a, b, loc);
+}
+Tensor ne(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<NeFn>(a, b, loc);
+}
+Tensor lt(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<LtFn>(a, b, loc);
+}
+Tensor le(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<LeFn>(a, b, loc);
+}
+Tensor gt(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<GtFn>(a, b, loc);
+}
+Tensor ge(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return bool_binary<GeFn>(a, b, loc);
+}
+Tensor eq(const Tensor& a, double b, const Loc& loc) {
+  return eq(a, scalar_like(b, a), loc);
+}
+Tensor ne(const Tensor& a, double b, const Loc& loc) {
+  return ne(a, scalar_like(b, a), loc);
+}
+Tensor lt(const Tensor& a, double b, const Loc& loc) {
+  return lt(a, scalar_like(b, a), loc);
+}
+Tensor le(const Tensor& a, double b, const Loc& loc) {
+  return le(a, scalar_like(b, a), loc);
+}
+Tensor gt(const Tensor& a, double b, const Loc& loc) {
+  return gt(a, scalar_like(b, a), loc);
+}
+Tensor ge(const Tensor& a, double b, const Loc& loc) {
+  return ge(a, scalar_like(b, a), loc);
+}
 
 Tensor logical_and(const Tensor& a, const Tensor& b, const Loc& loc) {
   return bool_binary<LogicalAndFn>(a, b, loc);
@@ -262,13 +297,14 @@ std::vector<OpSample> compare_samples(const char* name, BinaryFn fn, ScalarFn sc
       bool_sample("same_shape", {sample_tensor({3, 4}, 31), sample_tensor({3, 4}, 32)}, call,
                   torch + "(a0, a1)"),
       bool_sample("broadcast_ties", {ties, row}, call, torch + "(a0, a1)"),
-      bool_sample("transposed", {sample_tensor({4, 3}, 33).t(), sample_tensor({4, 1}, 34)}, call,
+      bool_sample("transposed", {sample_tensor({4, 3}, 33).t(), sample_tensor({3, 1}, 34)}, call,
                   torch + "(a0, a1)"),
-      bool_sample("scalar", {ties},
-                  [scalar_fn](const std::vector<Tensor>& in) {
-                    return scalar_fn(in[0], 0.25, Loc::current());
-                  },
-                  torch + "(a0, 0.25)"),
+      bool_sample(
+          "scalar", {ties},
+          [scalar_fn](const std::vector<Tensor>& in) {
+            return scalar_fn(in[0], 0.25, Loc::current());
+          },
+          torch + "(a0, 0.25)"),
   };
 }
 
@@ -296,9 +332,11 @@ KILN_COMPARE_SAMPLES(gt);
 KILN_COMPARE_SAMPLES(ge);
 #undef KILN_COMPARE_SAMPLES
 
-KILN_REGISTER_OP_SAMPLES("logical_and", [] { return logical_samples("logical_and", &logical_and); });
+KILN_REGISTER_OP_SAMPLES("logical_and",
+                         [] { return logical_samples("logical_and", &logical_and); });
 KILN_REGISTER_OP_SAMPLES("logical_or", [] { return logical_samples("logical_or", &logical_or); });
-KILN_REGISTER_OP_SAMPLES("logical_xor", [] { return logical_samples("logical_xor", &logical_xor); });
+KILN_REGISTER_OP_SAMPLES("logical_xor",
+                         [] { return logical_samples("logical_xor", &logical_xor); });
 std::vector<OpSample> logical_not_samples() {
   auto call = [](const std::vector<Tensor>& in) { return logical_not(in[0]); };
   return std::vector<OpSample>{
@@ -323,14 +361,25 @@ std::vector<OpSample> where_samples() {
   std::vector<OpSample> s = {
       {"same_shape",
        {gt(sample_tensor({3, 4}, 40), 0.0), sample_tensor({3, 4}, 41), sample_tensor({3, 4}, 42)},
-       call, "torch.where(a0, a1, a2)", {1, 2}},
+       call,
+       "torch.where(a0, a1, a2)",
+       {1, 2}},
       {"broadcast_all",
-       {gt(sample_tensor({3, 1}, 43), 0.0), sample_tensor({1, 4}, 44), sample_tensor({2, 1, 1}, 45)},
-       call, "torch.where(a0, a1, a2)", {1, 2}},
-      {"scalar_b", {gt(sample_tensor({2, 3}, 46), 0.0), sample_tensor({3}, 47)}, scalar_b,
-       "torch.where(a0, a1, 0.5)", {1}},
-      {"scalar_a", {gt(sample_tensor({4, 2}, 48), 0.0).t(), sample_tensor({2, 4}, 49)}, scalar_a,
-       "torch.where(a0, -0.5, a1)", {1}},
+       {gt(sample_tensor({3, 1}, 43), 0.0), sample_tensor({1, 4}, 44),
+        sample_tensor({2, 1, 1}, 45)},
+       call,
+       "torch.where(a0, a1, a2)",
+       {1, 2}},
+      {"scalar_b",
+       {gt(sample_tensor({2, 3}, 46), 0.0), sample_tensor({3}, 47)},
+       scalar_b,
+       "torch.where(a0, a1, 0.5)",
+       {1}},
+      {"scalar_a",
+       {gt(sample_tensor({4, 2}, 48), 0.0).t(), sample_tensor({2, 4}, 49)},
+       scalar_a,
+       "torch.where(a0, -0.5, a1)",
+       {1}},
   };
   return s;
 }

@@ -15,13 +15,20 @@ dnnl::stream& dnnl_stream() {
 std::optional<dnnl::memory::data_type> dnnl_dtype(DType dt) {
   using dnnl_dt = dnnl::memory::data_type;
   switch (dt) {
-    case DType::Float32: return dnnl_dt::f32;
-    case DType::Float16: return dnnl_dt::f16;
-    case DType::BFloat16: return dnnl_dt::bf16;
-    case DType::Int32: return dnnl_dt::s32;
-    case DType::Int8: return dnnl_dt::s8;
-    case DType::UInt8: return dnnl_dt::u8;
-    default: return std::nullopt;
+    case DType::Float32:
+      return dnnl_dt::f32;
+    case DType::Float16:
+      return dnnl_dt::f16;
+    case DType::BFloat16:
+      return dnnl_dt::bf16;
+    case DType::Int32:
+      return dnnl_dt::s32;
+    case DType::Int8:
+      return dnnl_dt::s8;
+    case DType::UInt8:
+      return dnnl_dt::u8;
+    default:
+      return std::nullopt;
   }
 }
 

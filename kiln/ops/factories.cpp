@@ -50,7 +50,9 @@ TensorOptions like_options(const Tensor& like, std::optional<DType> dtype) {
   return TensorOptions{dtype.value_or(like.dtype()), like.device(), false};
 }
 
-bool is_integral_value(double v) { return std::isfinite(v) && std::trunc(v) == v; }
+bool is_integral_value(double v) {
+  return std::isfinite(v) && std::trunc(v) == v;
+}
 
 template <class T>
 constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -66,9 +68,13 @@ T below_one() {
 
 }  // namespace
 
-Tensor zeros(Shape shape, TensorOptions options) { return full(std::move(shape), 0.0, options); }
+Tensor zeros(Shape shape, TensorOptions options) {
+  return full(std::move(shape), 0.0, options);
+}
 
-Tensor ones(Shape shape, TensorOptions options) { return full(std::move(shape), 1.0, options); }
+Tensor ones(Shape shape, TensorOptions options) {
+  return full(std::move(shape), 1.0, options);
+}
 
 Tensor full(Shape shape, double value, TensorOptions options) {
   Tensor t = empty(std::move(shape), options);
@@ -92,9 +98,11 @@ Tensor full_like(const Tensor& like, double value, std::optional<DType> dtype) {
   return full(like.shape(), value, like_options(like, dtype));
 }
 
-Tensor scalar_tensor(double value, TensorOptions options) { return full(Shape{}, value, options); }
+Tensor scalar_tensor(double value, TensorOptions options) {
+  return full(Shape{}, value, options);
+}
 
-// --- ranges ---------------------------------------------------------------------------------------
+// --- ranges ---------------------------------------------------------------------------------
 
 Tensor arange(double end, std::optional<TensorOptions> options, const Loc& loc) {
   return arange(0.0, end, 1.0, options, loc);
@@ -106,7 +114,8 @@ Tensor arange(double end, std::optional<TensorOptions> options, const Loc& loc) 
 // start and step are truncated toward zero (arange(0.5, 3, 1, int32) is [0, 1, 2]) and a step that
 // truncates to zero is an error; the length is ceil((end - start) / step) computed from the
 // truncated bounds for int64 (PyTorch's accumulate type) but from the given doubles otherwise.
-// Floating values are start + i * step computed in double (float for 16-bit dtypes).
+// Floating values are start + i * step computed in double (float for 16-bit dtypes). See
+// Note [fused multiply-add in ranges].
 Tensor arange(double start, double end, double step, std::optional<TensorOptions> options,
               const Loc& loc) {
   TensorOptions opts;
@@ -129,13 +138,17 @@ Tensor arange(double start, double end, double step, std::optional<TensorOptions
     fail("arange", loc, "expected a nonzero step, but got step={} for dtype {}", step,
          dtype_name(opts.dtype));
   if ((xstep > 0 && xend < xstart) || (xstep < 0 && xend > xstart))
-    fail("arange", loc, "expected end on the side of start that step points to, but got start={}, "
-         "end={}, step={}", start, end, step);
+    fail("arange", loc,
+         "expected end on the side of start that step points to, but got start={}, "
+         "end={}, step={}",
+         start, end, step);
   double size_d = opts.dtype == DType::Int64 ? std::ceil((xend - xstart) / xstep)
                                              : std::ceil((end - start) / step);
   if (!(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<int64_t>::max() / 8)))
-    fail("arange", loc, "expected a representable number of elements, but got {} from start={}, "
-         "end={}, step={}", size_d, start, end, step);
+    fail("arange", loc,
+         "expected a representable number of elements, but got {} from start={}, "
+         "end={}, step={}",
+         size_d, start, end, step);
   Tensor t = empty(Shape{static_cast<int64_t>(size_d)}, opts);
   if (t.is_meta()) return t;
   visit_dtype(opts.dtype, [&](auto tag) {
@@ -147,14 +160,23 @@ Tensor arange(double start, double end, double step, std::optional<TensorOptions
     } else if constexpr (is_16bit_float<T>) {
       const auto s = static_cast<float>(start);
       const auto d = static_cast<float>(step);
-      generate<T>(t, [&](int64_t i) { return T(s + d * static_cast<float>(i)); });
+      generate<T>(t, [&](int64_t i) { return T(std::fma(d, static_cast<float>(i), s)); });
     } else {
-      generate<T>(t, [&](int64_t i) { return static_cast<T>(start + step * static_cast<double>(i)); });
+      generate<T>(t, [&](int64_t i) {
+        return static_cast<T>(std::fma(step, static_cast<double>(i), start));
+      });
     }
   });
   return t;
 }
 
+// Note [fused multiply-add in ranges]
+// arange and linspace compute start + i * step with an explicit std::fma. PyTorch's x86 build
+// compiles these kernels with -mfma and lets the compiler contract the expression, so fma is what
+// matches it bit for bit (in its scalar loop; its vectorized chunks add j * step to a chunk base
+// and can differ in the last bit). Spelling it out also keeps kiln's Debug and Release builds,
+// which contract differently, in agreement.
+//
 // Like PyTorch, the first half counts up from start and the second half down from end, so both
 // endpoints are exact and the rounding error is symmetric. The step is computed in the dtype for
 // floats (float32 for 16-bit) and in double for integers, whose values are then truncated.
@@ -170,9 +192,11 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options, 
     const auto s = static_cast<S>(from_double<compute_t<T>>(start));
     const auto e = static_cast<S>(from_double<compute_t<T>>(end));
     const S step = steps > 1 ? (e - s) / static_cast<S>(steps - 1) : S(0);
-    const int64_t halfway = steps / 2;
+    // PyTorch fills steps == 1 with start, which the formula below would give as end.
+    const int64_t halfway = steps == 1 ? 1 : steps / 2;
     generate<T>(t, [&](int64_t i) {
-      S v = i < halfway ? s + step * static_cast<S>(i) : e - step * static_cast<S>(steps - 1 - i);
+      S v = i < halfway ? std::fma(step, static_cast<S>(i), s)
+                        : std::fma(-step, static_cast<S>(steps - 1 - i), e);
       return static_cast<T>(v);
     });
   });
@@ -249,19 +273,18 @@ Tensor randn(Shape shape, TensorOptions options, Generator* gen) {
 }
 
 Tensor rand_like(const Tensor& like, Generator* gen) {
-  return random_floating("rand_like", like.shape(), like_options(like, std::nullopt),
-                         Dist::Uniform, gen, Loc::current());
+  return random_floating("rand_like", like.shape(), like_options(like, std::nullopt), Dist::Uniform,
+                         gen, Loc::current());
 }
 
 Tensor randn_like(const Tensor& like, Generator* gen) {
-  return random_floating("randn_like", like.shape(), like_options(like, std::nullopt),
-                         Dist::Normal, gen, Loc::current());
+  return random_floating("randn_like", like.shape(), like_options(like, std::nullopt), Dist::Normal,
+                         gen, Loc::current());
 }
 
 Tensor randint(int64_t low, int64_t high, Shape shape, TensorOptions options, Generator* gen,
                const Loc& loc) {
-  if (low >= high)
-    fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
+  if (low >= high) fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
   Tensor t = empty(std::move(shape), options);
   const int64_t n = t.numel();
   if (t.is_meta() || n == 0) return t;

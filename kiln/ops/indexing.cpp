@@ -18,8 +18,12 @@ namespace kiln {
 namespace {
 
 // Zero-dim tensors index like [1] ones (torch.gather and friends accept them).
-Shape shape_or_one(const Tensor& t) { return t.dim() == 0 ? Shape{1} : t.shape(); }
-Strides strides_or_one(const Tensor& t) { return t.dim() == 0 ? Strides{1} : t.strides(); }
+Shape shape_or_one(const Tensor& t) {
+  return t.dim() == 0 ? Shape{1} : t.shape();
+}
+Strides strides_or_one(const Tensor& t) {
+  return t.dim() == 0 ? Strides{1} : t.strides();
+}
 
 void check_index_dtype(const char* op, const Tensor& index, const Loc& loc) {
   if (index.dtype() != DType::Int64)
@@ -45,8 +49,7 @@ void check_index_values(const char* op, const Tensor& index, int64_t bound, cons
 // element offsets of the line's start in each operand. Lines run in parallel: ops whose lines
 // write disjoint memory stay deterministic.
 template <size_t N, class F>
-void for_each_line(const Shape& shape, int64_t axis, const std::array<Strides, N>& strides,
-                   F&& f) {
+void for_each_line(const Shape& shape, int64_t axis, const std::array<Strides, N>& strides, F&& f) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   int64_t lines = 1;
   for (int64_t d = 0; d < rank; ++d)
@@ -207,8 +210,7 @@ class IndexSelectOp final : public Op {
     const Tensor &x = in[0], &index = in[1];
     const int64_t d = wrap_dim(dim_, x.dim(), name(), loc);
     check_index_dtype(name(), index, loc);
-    if (index.dim() > 1)
-      fail(name(), loc, "expected a 1-D index, but got {}", index.describe());
+    if (index.dim() > 1) fail(name(), loc, "expected a 1-D index, but got {}", index.describe());
     Shape shape = x.shape();
     if (x.dim() == 0) {
       if (index.numel() != 1)
@@ -300,8 +302,7 @@ class MaskedFillOp final : public Op {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       const C value = static_cast<C>(value_);
-      map_binary<T, bool, T>(in[0], in[1], outs[0],
-                             [value](C x, bool m) { return m ? value : x; });
+      map_binary<T, bool, T>(in[0], in[1], outs[0], [value](C x, bool m) { return m ? value : x; });
     });
   }
 
@@ -395,7 +396,9 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes, const Loc& loc) {
 
 namespace {
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
+std::vector<Tensor> one(Tensor t) {
+  return {std::move(t)};
+}
 
 Tensor long_tensor(std::vector<int64_t> values, Shape shape) {
   return tensor<int64_t>(values, shape);

@@ -13,7 +13,9 @@ namespace {
 
 // PyTorch still accepts 1-D empty tensors of any other rank in cat and skips them (legacy
 // behavior that code relying on "start from torch.tensor([])" needs).
-bool skipped_in_cat(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+bool skipped_in_cat(const Tensor& t) {
+  return t.dim() == 1 && t.size(0) == 0;
+}
 
 // The tensor whose shape the others must match: the first one cat does not skip.
 size_t reference_index(const std::vector<Tensor>& in) {
@@ -66,8 +68,8 @@ class CatOp final : public Op {
     for (const Tensor& t : in) {
       if (skipped_in_cat(t)) continue;
       if (t.numel() > 0) {
-        Tensor slot = make_view(out, t.shape(), out.strides(),
-                                out.storage_offset() + offset * out.stride(d));
+        Tensor slot =
+            make_view(out, t.shape(), out.strides(), out.storage_offset() + offset * out.stride(d));
         copy_into(slot, t);
       }
       offset += t.size(d);
@@ -134,9 +136,10 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim, cons
   const int64_t d = split_dim("split", x, dim, loc);
   const int64_t n = x.size(d);
   if (split_size < 0 || (split_size == 0 && n > 0))
-    fail("split", loc, "expected a positive split_size, but got {} for dim {} of {}", split_size,
-         d, x.describe());
-  const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>(1, (n + split_size - 1) / split_size);
+    fail("split", loc, "expected a positive split_size, but got {} for dim {} of {}", split_size, d,
+         x.describe());
+  const int64_t pieces =
+      split_size == 0 ? 1 : std::max<int64_t>(1, (n + split_size - 1) / split_size);
   std::vector<Tensor> out;
   out.reserve(pieces);
   for (int64_t i = 0; i < pieces; ++i) {
@@ -182,21 +185,29 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, const Lo
 
 namespace {
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
+std::vector<Tensor> one(Tensor t) {
+  return {std::move(t)};
+}
 
 KILN_REGISTER_OP_SAMPLES("cat", [] {
   return std::vector<OpSample>{
       {"cat/three_neg_dim",
        {sample_tensor({2, 3}, 31), sample_tensor({2, 1}, 32), sample_tensor({2, 4}, 33)},
-       [](const std::vector<Tensor>& x) { return one(cat({x[0], x[1], x[2]}, -1)); },
+       [](const std::vector<Tensor>& x) {
+         return one(cat({x[0], x[1], x[2]}, -1));
+       },
        "torch.cat([a0, a1, a2], dim=-1)"},
       {"cat/dim0",
        {sample_tensor({1, 3, 2}, 34), sample_tensor({2, 3, 2}, 35)},
-       [](const std::vector<Tensor>& x) { return one(cat({x[0], x[1]}, 0)); },
+       [](const std::vector<Tensor>& x) {
+         return one(cat({x[0], x[1]}, 0));
+       },
        "torch.cat([a0, a1], dim=0)"},
       {"cat/transposed_input",
        {sample_tensor({3, 2}, 36), sample_tensor({2, 2}, 37)},
-       [](const std::vector<Tensor>& x) { return one(cat({transpose(x[0], 0, 1), x[1]}, 1)); },
+       [](const std::vector<Tensor>& x) {
+         return one(cat({transpose(x[0], 0, 1), x[1]}, 1));
+       },
        "torch.cat([a0.transpose(0, 1), a1], dim=1)"},
   };
 });
@@ -205,11 +216,15 @@ KILN_REGISTER_OP_SAMPLES("stack", [] {
   return std::vector<OpSample>{
       {"stack/dim1",
        {sample_tensor({2, 3}, 41), sample_tensor({2, 3}, 42)},
-       [](const std::vector<Tensor>& x) { return one(stack({x[0], x[1]}, 1)); },
+       [](const std::vector<Tensor>& x) {
+         return one(stack({x[0], x[1]}, 1));
+       },
        "torch.stack([a0, a1], dim=1)"},
       {"stack/neg_dim",
        {sample_tensor({3}, 43), sample_tensor({3}, 44), sample_tensor({3}, 45)},
-       [](const std::vector<Tensor>& x) { return one(stack({x[0], x[1], x[2]}, -1)); },
+       [](const std::vector<Tensor>& x) {
+         return one(stack({x[0], x[1], x[2]}, -1));
+       },
        "torch.stack([a0, a1, a2], dim=-1)"},
   };
 });
@@ -222,7 +237,9 @@ KILN_REGISTER_OP_SAMPLES("split", [] {
        "torch.split(a0, 2, dim=1)"},
       {"split/sizes_neg_dim",
        {sample_tensor({3, 4}, 52)},
-       [](const std::vector<Tensor>& x) { return split(x[0], std::vector<int64_t>{1, 3}, -1); },
+       [](const std::vector<Tensor>& x) {
+         return split(x[0], std::vector<int64_t>{1, 3}, -1);
+       },
        "torch.split(a0, [1, 3], dim=-1)"},
   };
 });

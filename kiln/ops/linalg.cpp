@@ -17,7 +17,9 @@ namespace kiln {
 namespace {
 
 // "float32[2, 3]": matmul errors put two of these around an '@', so the device is left out.
-std::string short_desc(const Tensor& t) { return dtype_name(t.dtype()) + shape_str(t.shape()); }
+std::string short_desc(const Tensor& t) {
+  return dtype_name(t.dtype()) + shape_str(t.shape());
+}
 
 // Checks shared by matmul and bmm: rank (min_rank..max_rank), one floating dtype, inner sizes.
 void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t min_rank,
@@ -32,8 +34,8 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t mi
     }
   }
   if (a.dtype() != b.dtype())
-    fail(op, loc, "expected both operands to have the same dtype, but got {} and {}",
-         a.describe(), b.describe());
+    fail(op, loc, "expected both operands to have the same dtype, but got {} and {}", a.describe(),
+         b.describe());
   if (!is_floating(a.dtype()))
     fail(op, loc, "expected floating-point operands (unsupported dtype {}), but got {} and {}",
          dtype_name(a.dtype()), a.describe(), b.describe());
@@ -95,7 +97,9 @@ LruCache<MatmulEntry>& matmul_cache() {
   return *cache;
 }
 
-std::string dims_key(const dnnl::memory::dims& d) { return shape_str(std::vector<int64_t>(d)); }
+std::string dims_key(const dnnl::memory::dims& d) {
+  return shape_str(std::vector<int64_t>(d));
+}
 
 MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory::dims& c_dims) {
   using dt = dnnl::memory::data_type;
@@ -248,8 +252,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
   }
   const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
   const int64_t m = am.size(-2), n = b.size(-1);
-  Shape batch = broadcast_shapes(Shape(am.shape().begin(), am.shape().end() - 2),
-                                 Shape(b.shape().begin(), b.shape().end() - 2), "matmul", loc);
+  const Shape batch_a(am.shape().begin(), am.shape().end() - 2);
+  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch(std::max(batch_a.size(), batch_b.size()), 1);
+  for (size_t i = 1; i <= batch.size(); ++i) {
+    const int64_t sa = i <= batch_a.size() ? batch_a[batch_a.size() - i] : 1;
+    const int64_t sb = i <= batch_b.size() ? batch_b[batch_b.size() - i] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      fail("matmul", loc,
+           "expected batch dimensions that broadcast, but got {} @ {} (batch {} vs {})",
+           short_desc(a), short_desc(b), shape_str(batch_a), shape_str(batch_b));
+    batch[batch.size() - i] = sa == 1 ? sb : sa;
+  }
   const int64_t nb = shape_numel(batch);
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = batch;

@@ -24,9 +24,23 @@ struct ReduceDims {
 ReduceDims normalize_reduce_dims(std::string_view op, const Tensor& x, const Dims& dims,
                                  bool keepdim, const Loc& loc);
 
+// The same for dims that already passed validation (vjps): never throws.
+ReduceDims normalize_reduce_dims(const Shape& shape, const Dims& dims, bool keepdim);
+
 // `g` (shaped like a reduction's output) reshaped to the keepdim shape so that it broadcasts
 // against the input.
 Tensor unsqueeze_reduced(const Tensor& g, const ReduceDims& rd);
+
+// Kernels of the primitive reductions over the dims marked in `reduced` (ReduceDims::reduced).
+// x may have any layout; out is contiguous with the op's output dtype: sum and prod give int64
+// for integer and bool inputs, max/min keep the dtype, the arg kernels write int64 indices. Every
+// output accumulates in a fixed order (Note [deterministic reduction] in reduce_kernels.cpp).
+void sum_kernel(const Tensor& x, const Tensor& out, const std::vector<bool>& reduced);
+void prod_kernel(const Tensor& x, const Tensor& out, const std::vector<bool>& reduced);
+void extremum_kernel(const Tensor& x, const Tensor& out, const std::vector<bool>& reduced,
+                     bool is_max);
+void arg_extremum_kernel(const Tensor& x, const Tensor& out, const std::vector<bool>& reduced,
+                         bool is_max);
 
 }  // namespace detail
 

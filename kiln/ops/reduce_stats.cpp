@@ -120,8 +120,9 @@ KILN_REGISTER_OP_SAMPLES("norm", [] {
     };
   };
   // Values kept away from 0, where |x| has a kink.
-  auto x = [](uint64_t seed) { return mul(sign(sample_tensor({3, 4}, seed)),
-                                          sample_tensor({3, 4}, seed + 100, 0.2, 1.0)); };
+  auto x = [](uint64_t seed) {
+    return mul(sign(sample_tensor({3, 4}, seed)), sample_tensor({3, 4}, seed + 100, 0.2, 1.0));
+  };
   return std::vector<OpSample>{
       sample("p2_all", {sample_tensor({3, 4}, 71)}, call(2.0, {}, false),
              "torch.linalg.vector_norm(a0)"),

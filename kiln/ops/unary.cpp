@@ -40,7 +40,7 @@ struct Integral : Floating {
   static constexpr bool kAcceptsBool = false;
 };
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;    // 1/sqrt(2)
+constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
 constexpr double kGeluTanhBeta = 0.79788456080286535588;  // sqrt(2/pi)
@@ -50,7 +50,9 @@ struct NegFn : Integral {
   static constexpr const char* kName = "neg";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
   template <class T>
-  T apply(T x) const { return static_cast<T>(-x); }
+  T apply(T x) const {
+    return static_cast<T>(-x);
+  }
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return neg(g); }
 };
 
@@ -58,8 +60,10 @@ struct AbsFn : Integral {
   static constexpr const char* kName = "abs";
   template <class T>
   T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T>) return x;
-    else return x < T(0) ? static_cast<T>(-x) : x;
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < T(0) ? static_cast<T>(-x) : x;
   }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, sign(x)); }
 };
@@ -70,8 +74,10 @@ struct SignFn : Integral {
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
   template <class T>
   T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return static_cast<T>(x != T(0));
-    else return static_cast<T>((T(0) < x) - (x < T(0)));  // NaN gives 0, as in PyTorch
+    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>)
+      return static_cast<T>(x != T(0));
+    else
+      return static_cast<T>((T(0) < x) - (x < T(0)));  // NaN gives 0, as in PyTorch
   }
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return zeros_like(g); }
 };
@@ -80,8 +86,10 @@ struct ReluFn : Integral {
   static constexpr const char* kName = "relu";
   template <class T>
   T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T>) return x;
-    else return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
   }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     return mul(g, to_dtype(gt(x, 0.0), g.dtype()));
@@ -132,41 +140,47 @@ struct ExpFn : Floating {
   static constexpr const char* kName = "exp";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
-  T apply(T x) const { return std::exp(x); }
+  T apply(T x) const {
+    return std::exp(x);
+  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return mul(g, y); }
 };
 
 struct LogFn : Floating {
   static constexpr const char* kName = "log";
   template <class T>
-  T apply(T x) const { return std::log(x); }
+  T apply(T x) const {
+    return std::log(x);
+  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, x); }
 };
 
 struct Log1pFn : Floating {
   static constexpr const char* kName = "log1p";
   template <class T>
-  T apply(T x) const { return std::log1p(x); }
-  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
-    return div(g, add(x, 1.0));
+  T apply(T x) const {
+    return std::log1p(x);
   }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, add(x, 1.0)); }
 };
 
 struct SqrtFn : Floating {
   static constexpr const char* kName = "sqrt";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
-  T apply(T x) const { return std::sqrt(x); }
-  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
-    return div(g, mul(y, 2.0));
+  T apply(T x) const {
+    return std::sqrt(x);
   }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return div(g, mul(y, 2.0)); }
 };
 
 struct RsqrtFn : Floating {
   static constexpr const char* kName = "rsqrt";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
-  T apply(T x) const { return T(1) / std::sqrt(x); }
+  T apply(T x) const {
+    return T(1) / std::sqrt(x);
+  }
   // d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(mul(g, mul(y, mul(y, y))), -0.5);
@@ -176,24 +190,28 @@ struct RsqrtFn : Floating {
 struct SinFn : Floating {
   static constexpr const char* kName = "sin";
   template <class T>
-  T apply(T x) const { return std::sin(x); }
+  T apply(T x) const {
+    return std::sin(x);
+  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, cos(x)); }
 };
 
 struct CosFn : Floating {
   static constexpr const char* kName = "cos";
   template <class T>
-  T apply(T x) const { return std::cos(x); }
-  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
-    return neg(mul(g, sin(x)));
+  T apply(T x) const {
+    return std::cos(x);
   }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return neg(mul(g, sin(x))); }
 };
 
 struct TanhFn : Floating {
   static constexpr const char* kName = "tanh";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
-  T apply(T x) const { return std::tanh(x); }
+  T apply(T x) const {
+    return std::tanh(x);
+  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, sub(1.0, mul(y, y)));
   }
@@ -203,7 +221,9 @@ struct SigmoidFn : Floating {
   static constexpr const char* kName = "sigmoid";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
-  T apply(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  T apply(T x) const {
+    return T(1) / (T(1) + std::exp(-x));
+  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, mul(y, sub(1.0, y)));
   }
@@ -214,7 +234,9 @@ struct SigmoidFn : Floating {
 struct ErfFn : Floating {
   static constexpr const char* kName = "erf";
   template <class T>
-  T apply(T x) const { return std::erf(x); }
+  T apply(T x) const {
+    return std::erf(x);
+  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
   }
@@ -230,7 +252,8 @@ struct GeluFn : Floating {
   nlohmann::json attrs() const { return {{"approximate", approximate}}; }
   void validate(const char* name, const Tensor& x, const Loc& loc) const {
     if (approximate != "none" && approximate != "tanh")
-      fail(name, loc, "expected approximate to be one of \"none\", \"tanh\", but got \"{}\" (input {})",
+      fail(name, loc,
+           "expected approximate to be one of \"none\", \"tanh\", but got \"{}\" (input {})",
            approximate, x.describe());
   }
   template <class T>
@@ -259,7 +282,9 @@ struct GeluFn : Floating {
 struct SiluFn : Floating {
   static constexpr const char* kName = "silu";
   template <class T>
-  T apply(T x) const { return x / (T(1) + std::exp(-x)); }
+  T apply(T x) const {
+    return x / (T(1) + std::exp(-x));
+  }
   // d/dx x s(x) = s (1 + x (1 - s))
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     Tensor s = sigmoid(x);
@@ -330,8 +355,9 @@ class UnaryOp final : public Op {
         using C = compute_t<T>;
         map_unary<T, T>(in[0], out[0], [this](C v) { return fn_.template apply<C>(v); });
       } else {
-        map_unary<T, float>(in[0], out[0],
-                            [this](auto v) { return fn_.template apply<float>(static_cast<float>(v)); });
+        map_unary<T, float>(in[0], out[0], [this](auto v) {
+          return fn_.template apply<float>(static_cast<float>(v));
+        });
       }
     });
   }
@@ -354,27 +380,57 @@ Tensor unary(const Tensor& x, const Loc& loc, Fn fn = Fn{}) {
   return call_op<UnaryOp<Fn>>({x}, loc, std::move(fn));
 }
 
-Tensor erf_op(const Tensor& x, const Loc& loc) { return unary<ErfFn>(x, loc); }
+Tensor erf_op(const Tensor& x, const Loc& loc) {
+  return unary<ErfFn>(x, loc);
+}
 
 }  // namespace
 
-Tensor neg(const Tensor& x, const Loc& loc) { return unary<NegFn>(x, loc); }
-Tensor abs(const Tensor& x, const Loc& loc) { return unary<AbsFn>(x, loc); }
-Tensor sign(const Tensor& x, const Loc& loc) { return unary<SignFn>(x, loc); }
-Tensor exp(const Tensor& x, const Loc& loc) { return unary<ExpFn>(x, loc); }
-Tensor log(const Tensor& x, const Loc& loc) { return unary<LogFn>(x, loc); }
-Tensor log1p(const Tensor& x, const Loc& loc) { return unary<Log1pFn>(x, loc); }
-Tensor sqrt(const Tensor& x, const Loc& loc) { return unary<SqrtFn>(x, loc); }
-Tensor rsqrt(const Tensor& x, const Loc& loc) { return unary<RsqrtFn>(x, loc); }
-Tensor sin(const Tensor& x, const Loc& loc) { return unary<SinFn>(x, loc); }
-Tensor cos(const Tensor& x, const Loc& loc) { return unary<CosFn>(x, loc); }
-Tensor tanh(const Tensor& x, const Loc& loc) { return unary<TanhFn>(x, loc); }
-Tensor sigmoid(const Tensor& x, const Loc& loc) { return unary<SigmoidFn>(x, loc); }
-Tensor relu(const Tensor& x, const Loc& loc) { return unary<ReluFn>(x, loc); }
+Tensor neg(const Tensor& x, const Loc& loc) {
+  return unary<NegFn>(x, loc);
+}
+Tensor abs(const Tensor& x, const Loc& loc) {
+  return unary<AbsFn>(x, loc);
+}
+Tensor sign(const Tensor& x, const Loc& loc) {
+  return unary<SignFn>(x, loc);
+}
+Tensor exp(const Tensor& x, const Loc& loc) {
+  return unary<ExpFn>(x, loc);
+}
+Tensor log(const Tensor& x, const Loc& loc) {
+  return unary<LogFn>(x, loc);
+}
+Tensor log1p(const Tensor& x, const Loc& loc) {
+  return unary<Log1pFn>(x, loc);
+}
+Tensor sqrt(const Tensor& x, const Loc& loc) {
+  return unary<SqrtFn>(x, loc);
+}
+Tensor rsqrt(const Tensor& x, const Loc& loc) {
+  return unary<RsqrtFn>(x, loc);
+}
+Tensor sin(const Tensor& x, const Loc& loc) {
+  return unary<SinFn>(x, loc);
+}
+Tensor cos(const Tensor& x, const Loc& loc) {
+  return unary<CosFn>(x, loc);
+}
+Tensor tanh(const Tensor& x, const Loc& loc) {
+  return unary<TanhFn>(x, loc);
+}
+Tensor sigmoid(const Tensor& x, const Loc& loc) {
+  return unary<SigmoidFn>(x, loc);
+}
+Tensor relu(const Tensor& x, const Loc& loc) {
+  return unary<ReluFn>(x, loc);
+}
 Tensor gelu(const Tensor& x, const std::string& approximate, const Loc& loc) {
   return unary(x, loc, GeluFn(approximate));
 }
-Tensor silu(const Tensor& x, const Loc& loc) { return unary<SiluFn>(x, loc); }
+Tensor silu(const Tensor& x, const Loc& loc) {
+  return unary<SiluFn>(x, loc);
+}
 Tensor softplus(const Tensor& x, double beta, double threshold, const Loc& loc) {
   return unary(x, loc, SoftplusFn(beta, threshold));
 }
@@ -430,8 +486,8 @@ KILN_REGISTER_OP_SAMPLES("erf", [] {
 });
 
 std::vector<OpSample> gelu_samples() {
-  auto samples = unary_samples([](const Tensor& x) { return gelu(x); },
-                               "torch.nn.functional.gelu", -3, 3);
+  auto samples =
+      unary_samples([](const Tensor& x) { return gelu(x); }, "torch.nn.functional.gelu", -3, 3);
   auto tanh_samples = unary_samples([](const Tensor& x) { return gelu(x, "tanh"); },
                                     "torch.nn.functional.gelu", -3, 3);
   for (OpSample& s : tanh_samples) {
@@ -450,7 +506,9 @@ std::vector<OpSample> softplus_samples() {
   auto call = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{softplus(in[0], 2.0, 1.5)};
   };
-  samples.push_back({"beta_threshold", {sample_tensor({4, 5}, 15, -2, 2)}, call,
+  samples.push_back({"beta_threshold",
+                     {sample_tensor({4, 5}, 15, -2, 2)},
+                     call,
                      "torch.nn.functional.softplus(a0, beta=2.0, threshold=1.5)"});
   return samples;
 }

@@ -23,9 +23,15 @@ Tensor make(const std::vector<V>& values, Shape shape) {
   return t;
 }
 
-Tensor f32(const std::vector<double>& v, Shape shape) { return make<float>(v, std::move(shape)); }
-Tensor f32(const std::vector<double>& v) { return f32(v, {static_cast<int64_t>(v.size())}); }
-Tensor i64(const std::vector<int64_t>& v, Shape shape) { return make<int64_t>(v, std::move(shape)); }
+Tensor f32(const std::vector<double>& v, Shape shape) {
+  return make<float>(v, std::move(shape));
+}
+Tensor f32(const std::vector<double>& v) {
+  return f32(v, {static_cast<int64_t>(v.size())});
+}
+Tensor i64(const std::vector<int64_t>& v, Shape shape) {
+  return make<int64_t>(v, std::move(shape));
+}
 
 std::vector<double> iota_d(int64_t n, double scale = 1.0) {
   std::vector<double> v(static_cast<size_t>(n));
@@ -47,10 +53,8 @@ TEST(Print, FloatMatrixAlignsColumns) {
 }
 
 TEST(Print, Integers) {
-  EXPECT_EQ(i64({1, -20, 300, 4}, {2, 2}).to_string(),
-            "tensor([[  1, -20],\n        [300,   4]])");
-  EXPECT_EQ(make<int32_t>(std::vector<int>{1, 2}, {2}).to_string(),
-            "tensor([1, 2], dtype=int32)");
+  EXPECT_EQ(i64({1, -20, 300, 4}, {2, 2}).to_string(), "tensor([[  1, -20],\n        [300,   4]])");
+  EXPECT_EQ(make<int32_t>(std::vector<int>{1, 2}, {2}).to_string(), "tensor([1, 2], dtype=int32)");
   EXPECT_EQ(make<uint8_t>(std::vector<int>{1, 200}, {2}).to_string(),
             "tensor([  1, 200], dtype=uint8)");
   EXPECT_EQ(make<int8_t>(std::vector<int>{-7}, {}).to_string(), "tensor(-7, dtype=int8)");

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kiln/autograd/engine.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/indexing.h"
 #include "kiln/ops/reduce.h"
@@ -22,19 +23,25 @@ void expect_error(F fn, const std::vector<std::string>& parts) {
   }
 }
 
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 Tensor iota(Shape shape, double start = 0, DType dt = DType::Float32) {
   return arange(start, start + static_cast<double>(shape_numel(shape)), 1.0, TensorOptions{dt})
       .reshape(shape);
 }
 
-Tensor idx(std::vector<int64_t> v, Shape shape) { return tensor<int64_t>(v, shape); }
+Tensor idx(std::vector<int64_t> v, Shape shape) {
+  return tensor<int64_t>(v, shape);
+}
 Tensor idx(std::vector<int64_t> v) {
   const int64_t n = static_cast<int64_t>(v.size());
   return tensor<int64_t>(v, Shape{n});
 }
-Tensor mask(std::vector<bool> v, Shape shape) { return tensor<bool>(v, shape); }
+Tensor mask(std::vector<bool> v, Shape shape) {
+  return tensor<bool>(v, shape);
+}
 
 TEST(Indexing, Gather) {
   Tensor x = iota({3, 4});  // rows [0..3], [4..7], [8..11]
@@ -51,15 +58,31 @@ TEST(Indexing, Gather) {
 
 TEST(Indexing, GatherErrors) {
   Tensor x = iota({3, 4});
-  expect_error([&] { gather(x, 1, idx({0, 7}, {1, 2})); },
-               {"[gather]", "[0, 4)", "got 7", "float32[3, 4] on cpu", "test_indexing.cpp"});
-  expect_error([&] { gather(x, 1, idx({-1}, {1, 1})); }, {"[gather]", "got -1", "test_indexing.cpp"});
-  expect_error([&] { gather(x, 1, tensor<int32_t>({0}, Shape{1, 1})); },
-               {"[gather]", "int64", "int32[1, 1]", "test_indexing.cpp"});
-  expect_error([&] { gather(x, 1, idx({0, 1})); },
-               {"[gather]", "rank", "int64[2] on cpu", "test_indexing.cpp"});
-  expect_error([&] { gather(x, 1, idx({0, 0, 0, 0, 0, 0, 0, 0}, {4, 2})); },
-               {"[gather]", "int64[4, 2]", "float32[3, 4]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        gather(x, 1, idx({0, 7}, {1, 2}));
+      },
+      {"[gather]", "[0, 4)", "got 7", "float32[3, 4] on cpu", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        gather(x, 1, idx({-1}, {1, 1}));
+      },
+      {"[gather]", "got -1", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        gather(x, 1, tensor<int32_t>({0}, Shape{1, 1}));
+      },
+      {"[gather]", "int64", "int32[1, 1]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        gather(x, 1, idx({0, 1}));
+      },
+      {"[gather]", "rank", "int64[2] on cpu", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        gather(x, 1, idx({0, 0, 0, 0, 0, 0, 0, 0}, {4, 2}));
+      },
+      {"[gather]", "int64[4, 2]", "float32[3, 4]", "test_indexing.cpp"});
   expect_error([&] { gather(x, 2, idx({0}, {1, 1})); }, {"[gather]", "dim", "test_indexing.cpp"});
 }
 
@@ -97,12 +120,21 @@ TEST(Indexing, ScatterAddGradients) {
 
 TEST(Indexing, ScatterAddErrors) {
   Tensor x = zeros({2, 3});
-  expect_error([&] { scatter_add(x, 1, idx({3}, {1, 1}), ones({1, 1})); },
-               {"[scatter_add]", "[0, 3)", "got 3", "test_indexing.cpp"});
-  expect_error([&] { scatter_add(x, 1, idx({0}, {1, 1}), ones({1, 1}, {DType::Float64})); },
-               {"[scatter_add]", "dtype", "float64[1, 1]", "test_indexing.cpp"});
-  expect_error([&] { scatter_add(x, 1, idx({0, 0}, {1, 2}), ones({1, 1})); },
-               {"[scatter_add]", "src", "int64[1, 2]", "float32[1, 1]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        scatter_add(x, 1, idx({3}, {1, 1}), ones({1, 1}));
+      },
+      {"[scatter_add]", "[0, 3)", "got 3", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        scatter_add(x, 1, idx({0}, {1, 1}), ones({1, 1}, {DType::Float64}));
+      },
+      {"[scatter_add]", "dtype", "float64[1, 1]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        scatter_add(x, 1, idx({0, 0}, {1, 2}), ones({1, 1}));
+      },
+      {"[scatter_add]", "src", "int64[1, 2]", "float32[1, 1]", "test_indexing.cpp"});
 }
 
 TEST(Indexing, IndexSelect) {
@@ -121,12 +153,17 @@ TEST(Indexing, IndexSelect) {
 
 TEST(Indexing, IndexSelectErrorsNeverCrash) {
   Tensor x = iota({5, 3});
-  expect_error([&] { index_select(x, 0, idx({1, 7})); },
-               {"[index_select]", "got 7", "[0, 5)", "float32[5, 3] on cpu",
-                "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        index_select(x, 0, idx({1, 7}));
+      },
+      {"[index_select]", "got 7", "[0, 5)", "float32[5, 3] on cpu", "test_indexing.cpp"});
   expect_error([&] { index_select(x, 0, idx({-1})); }, {"[index_select]", "got -1"});
-  expect_error([&] { index_select(x, 0, idx({0, 1}, {1, 2})); },
-               {"[index_select]", "1-D", "int64[1, 2]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        index_select(x, 0, idx({0, 1}, {1, 2}));
+      },
+      {"[index_select]", "1-D", "int64[1, 2]", "test_indexing.cpp"});
   expect_error([&] { index_select(x, 0, tensor<int32_t>({0}, Shape{1})); },
                {"[index_select]", "int64", "int32[1]", "test_indexing.cpp"});
 }
@@ -152,8 +189,11 @@ TEST(Indexing, MaskedFill) {
   EXPECT_EQ(masked_fill(iota({2, 1}), row, 0).shape(), (Shape{2, 3}));
   expect_error([&] { masked_fill(x, iota({3}), 0); },
                {"[masked_fill]", "bool", "float32[3]", "test_indexing.cpp"});
-  expect_error([&] { masked_fill(x, mask({true, false}, {2}), 0); },
-               {"[masked_fill]", "[2, 3]", "[2]", "test_indexing.cpp"});
+  expect_error(
+      [&] {
+        masked_fill(x, mask({true, false}, {2}), 0);
+      },
+      {"[masked_fill]", "[2, 3]", "[2]", "test_indexing.cpp"});
 }
 
 TEST(Indexing, MaskedFillGradient) {
@@ -177,15 +217,24 @@ TEST(Indexing, OneHot) {
 }
 
 TEST(Indexing, OneHotErrors) {
-  expect_error([] { one_hot(idx({0, -1}), 3); },
-               {"[one_hot]", "got -1", "int64[2] on cpu", "test_indexing.cpp"});
-  expect_error([] { one_hot(idx({0, 3}), 3); },
-               {"[one_hot]", "[0, 3)", "got 3", "test_indexing.cpp"});
+  expect_error(
+      [] {
+        one_hot(idx({0, -1}), 3);
+      },
+      {"[one_hot]", "got -1", "int64[2] on cpu", "test_indexing.cpp"});
+  expect_error(
+      [] {
+        one_hot(idx({0, 3}), 3);
+      },
+      {"[one_hot]", "[0, 3)", "got 3", "test_indexing.cpp"});
   expect_error([] { one_hot(idx({}), -1); }, {"[one_hot]", "empty", "test_indexing.cpp"});
   expect_error([] { one_hot(iota({2}), 3); },
                {"[one_hot]", "int64", "float32[2]", "test_indexing.cpp"});
-  expect_error([] { one_hot(empty({2}, {DType::Int64, kMeta}), -1); },
-               {"[one_hot]", "meta", "test_indexing.cpp"});
+  expect_error(
+      [] {
+        one_hot(empty({2}, {DType::Int64, kMeta}), -1);
+      },
+      {"[one_hot]", "meta", "test_indexing.cpp"});
 }
 
 TEST(Indexing, MetaShapes) {

@@ -22,7 +22,9 @@ void expect_error(F fn, const std::vector<std::string>& parts) {
   }
 }
 
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 Tensor iota(Shape shape, double start = 0, DType dt = DType::Float32) {
   return arange(start, start + static_cast<double>(shape_numel(shape)), 1.0, TensorOptions{dt})
@@ -70,13 +72,22 @@ TEST(Join, CatGradientSlicesAndConverts) {
 }
 
 TEST(Join, CatErrors) {
-  expect_error([] { cat({zeros({2, 3}), zeros({2, 3}), zeros({4, 5})}, 1); },
-               {"[cat]", "tensor 2", "tensor 0", "float32[2, 3] on cpu", "float32[4, 5] on cpu",
-                "test_join.cpp"});
-  expect_error([] { cat({zeros({2, 3}), zeros({2, 3, 1})}); },
-               {"[cat]", "rank", "float32[2, 3, 1]", "test_join.cpp"});
-  expect_error([] { cat({scalar_tensor(1.0), scalar_tensor(2.0)}); },
-               {"[cat]", "zero-dimensional", "test_join.cpp"});
+  expect_error(
+      [] {
+        cat({zeros({2, 3}), zeros({2, 3}), zeros({4, 5})}, 1);
+      },
+      {"[cat]", "tensor 2", "tensor 0", "float32[2, 3] on cpu", "float32[4, 5] on cpu",
+       "test_join.cpp"});
+  expect_error(
+      [] {
+        cat({zeros({2, 3}), zeros({2, 3, 1})});
+      },
+      {"[cat]", "rank", "float32[2, 3, 1]", "test_join.cpp"});
+  expect_error(
+      [] {
+        cat({scalar_tensor(1.0), scalar_tensor(2.0)});
+      },
+      {"[cat]", "zero-dimensional", "test_join.cpp"});
   expect_error([] { cat({}); }, {"[cat]", "empty", "test_join.cpp"});
   expect_error([] { cat({zeros({2, 3})}, 2); }, {"[cat]", "dim", "test_join.cpp"});
 }
@@ -90,9 +101,11 @@ TEST(Join, Stack) {
   EXPECT_EQ(s_last.shape(), (Shape{2, 3, 2}));
   EXPECT_EQ(values(s_last), (std::vector<double>{0, 10, 1, 11, 2, 12, 3, 13, 4, 14, 5, 15}));
   EXPECT_EQ(stack({scalar_tensor(1.0), scalar_tensor(2.0)}).shape(), (Shape{2}));
-  expect_error([&] { stack({a, iota({3, 2})}); },
-               {"[stack]", "float32[2, 3] on cpu", "float32[3, 2] on cpu", "tensor 1",
-                "test_join.cpp"});
+  expect_error(
+      [&] {
+        stack({a, iota({3, 2})});
+      },
+      {"[stack]", "float32[2, 3] on cpu", "float32[3, 2] on cpu", "tensor 1", "test_join.cpp"});
   expect_error([] { stack({}); }, {"[stack]", "empty", "test_join.cpp"});
 }
 
@@ -115,8 +128,11 @@ TEST(Join, SplitBySizes) {
   ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(parts[1].shape(), (Shape{0, 2}));
   EXPECT_EQ(values(parts[2]), (std::vector<double>{2, 3, 4, 5, 6, 7, 8, 9}));
-  expect_error([&] { split(x, std::vector<int64_t>{2, 2}, 0); },
-               {"[split]", "add up to 5", "float32[5, 2]", "[2, 2]", "test_join.cpp"});
+  expect_error(
+      [&] {
+        split(x, std::vector<int64_t>{2, 2}, 0);
+      },
+      {"[split]", "add up to 5", "float32[5, 2]", "[2, 2]", "test_join.cpp"});
   expect_error([&] { split(x, 0, 0); }, {"[split]", "positive", "test_join.cpp"});
   expect_error([] { split(scalar_tensor(1.0), 1); }, {"[split]", "float32[]", "test_join.cpp"});
 }
@@ -137,8 +153,8 @@ TEST(Join, ChunkFollowsTorch) {
 TEST(Join, SplitGradientFlowsToEveryPiece) {
   Tensor x = iota({4}, 0, DType::Float64).detach().set_requires_grad(true);
   std::vector<Tensor> parts = chunk(x, 2);
-  Tensor gx = grad({parts[0], parts[1]}, {x}, {tensor({1.0, 2.0}, {DType::Float64}),
-                                               tensor({3.0, 4.0}, {DType::Float64})})[0];
+  Tensor gx = grad({parts[0], parts[1]}, {x},
+                   {tensor({1.0, 2.0}, {DType::Float64}), tensor({3.0, 4.0}, {DType::Float64})})[0];
   EXPECT_EQ(values(gx), (std::vector<double>{1, 2, 3, 4}));
 }
 

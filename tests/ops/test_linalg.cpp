@@ -26,7 +26,9 @@ void expect_error(F fn, const std::vector<std::string>& parts) {
   }
 }
 
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 // Reference product of [B, M, K] and [B, K, N] given as row-major values, in double.
 std::vector<double> ref_bmm(const std::vector<double>& a, const std::vector<double>& b, int64_t nb,
@@ -46,7 +48,9 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
     EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << i;
 }
 
-Tensor f32(const Tensor& t) { return to_dtype(t, DType::Float32); }
+Tensor f32(const Tensor& t) {
+  return to_dtype(t, DType::Float32);
+}
 
 TEST(Linalg, Matmul2D) {
   Tensor a = tensor({1, 2, 3, 4, 5, 6}).reshape({2, 3});
@@ -64,7 +68,7 @@ TEST(Linalg, MatmulVectorCases) {
   EXPECT_EQ(dot.dim(), 0);
   EXPECT_EQ(dot.item(), 32.0);
   Tensor m = tensor({1, 0, 2, 1, 3, 1}).reshape({3, 2});  // [[1,0],[2,1],[3,1]]
-  Tensor left = matmul(v, m);                               // [3] @ [3, 2]
+  Tensor left = matmul(v, m);                             // [3] @ [3, 2]
   EXPECT_EQ(left.shape(), (Shape{2}));
   EXPECT_EQ(values(left), (std::vector<double>{14, 5}));
   Tensor right = matmul(transpose(m, 0, 1), v);  // [2, 3] @ [3]
@@ -98,8 +102,7 @@ TEST(Linalg, MatmulBroadcastsBatchDims) {
       std::vector<double> am(av.begin() + p * 12, av.begin() + p * 12 + 12);
       std::vector<double> bm(bv.begin() + q * 8, bv.begin() + q * 8 + 8);
       std::vector<double> want = ref_bmm(am, bm, 1, 3, 4, 2);
-      for (int64_t i = 0; i < 6; ++i)
-        EXPECT_NEAR(cv[(p * 3 + q) * 6 + i], want[i], 1e-12);
+      for (int64_t i = 0; i < 6; ++i) EXPECT_NEAR(cv[(p * 3 + q) * 6 + i], want[i], 1e-12);
     }
   // 1-D left against a batch: [4] @ [3, 4, 2] -> [3, 2]
   Tensor v = sample_tensor({4}, 6);
@@ -150,8 +153,8 @@ TEST(Linalg, HalfAndBFloat16ComputeInFloat32) {
   for (DType dt : {DType::Float16, DType::BFloat16}) {
     Tensor c = bmm(to_dtype(a, dt), to_dtype(b, dt));
     EXPECT_EQ(c.dtype(), dt);
-    Tensor want = bmm(to_dtype(to_dtype(a, dt), DType::Float32),
-                      to_dtype(to_dtype(b, dt), DType::Float32));
+    Tensor want =
+        bmm(to_dtype(to_dtype(a, dt), DType::Float32), to_dtype(to_dtype(b, dt), DType::Float32));
     expect_near_all(values(c), values(want), 1e-2);
   }
 }
@@ -207,32 +210,54 @@ TEST(Linalg, Gradients) {
   Tensor batch = sample_tensor({5, 4, 2}, 25);
   Tensor gm = grad({sum(matmul(m, batch))}, {m})[0];
   EXPECT_EQ(gm.shape(), (Shape{3, 4}));
-  expect_near_all(values(gm), values(sum(matmul(ones({5, 3, 2}, {DType::Float64}),
-                                                transpose(batch, 1, 2)),
-                                         {0})),
-                  1e-12);
+  expect_near_all(
+      values(gm),
+      values(sum(matmul(ones({5, 3, 2}, {DType::Float64}), transpose(batch, 1, 2)), {0})), 1e-12);
 }
 
 TEST(Linalg, Errors) {
-  expect_error([] { matmul(zeros({2, 3}), zeros({4, 5})); },
-               {"[matmul] expected the inner dimensions to match, but got float32[2, 3] @ "
-                "float32[4, 5] (3 != 4)",
-                "test_linalg.cpp"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}), zeros({4, 5}));
+      },
+      {"[matmul] expected the inner dimensions to match, but got float32[2, 3] @ "
+       "float32[4, 5] (3 != 4)",
+       "test_linalg.cpp"});
   expect_error([] { matmul(zeros({3}), zeros({4})); }, {"[matmul]", "[3]", "[4]", "(3 != 4)"});
   expect_error([] { matmul(scalar_tensor(1.0), zeros({4})); },
                {"[matmul]", "float32[] on cpu", "float32[4] on cpu", "test_linalg.cpp"});
-  expect_error([] { matmul(zeros({2, 3}), zeros({3, 2}, {DType::Float64})); },
-               {"[matmul]", "same dtype", "float32[2, 3]", "float64[3, 2]", "test_linalg.cpp"});
-  expect_error([] { matmul(zeros({2, 3}, {DType::Int64}), zeros({3, 2}, {DType::Int64})); },
-               {"[matmul]", "unsupported dtype int64", "int64[2, 3]", "test_linalg.cpp"});
-  expect_error([] { matmul(zeros({2, 2, 3}), zeros({3, 3, 2})); },
-               {"[matmul]", "[2]", "[3]", "test_linalg.cpp"});
-  expect_error([] { bmm(zeros({2, 3}), zeros({2, 3, 4})); },
-               {"[bmm]", "3-D", "float32[2, 3] on cpu", "test_linalg.cpp"});
-  expect_error([] { bmm(zeros({2, 3, 4}), zeros({3, 4, 5})); },
-               {"[bmm]", "batch", "float32[2, 3, 4]", "float32[3, 4, 5]", "test_linalg.cpp"});
-  expect_error([] { bmm(zeros({2, 3, 4}), zeros({2, 5, 5})); },
-               {"[bmm] expected the inner dimensions to match", "(4 != 5)"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}), zeros({3, 2}, {DType::Float64}));
+      },
+      {"[matmul]", "same dtype", "float32[2, 3]", "float64[3, 2]", "test_linalg.cpp"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}, {DType::Int64}), zeros({3, 2}, {DType::Int64}));
+      },
+      {"[matmul]", "unsupported dtype int64", "int64[2, 3]", "test_linalg.cpp"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 2, 3}), zeros({3, 3, 2}));
+      },
+      {"[matmul] expected batch dimensions that broadcast, but got float32[2, 2, 3] @ "
+       "float32[3, 3, 2] (batch [2] vs [3])",
+       "test_linalg.cpp"});
+  expect_error(
+      [] {
+        bmm(zeros({2, 3}), zeros({2, 3, 4}));
+      },
+      {"[bmm]", "3-D", "float32[2, 3] on cpu", "test_linalg.cpp"});
+  expect_error(
+      [] {
+        bmm(zeros({2, 3, 4}), zeros({3, 4, 5}));
+      },
+      {"[bmm]", "batch", "float32[2, 3, 4]", "float32[3, 4, 5]", "test_linalg.cpp"});
+  expect_error(
+      [] {
+        bmm(zeros({2, 3, 4}), zeros({2, 5, 5}));
+      },
+      {"[bmm] expected the inner dimensions to match", "(4 != 5)"});
 }
 
 TEST(Linalg, MetaShapes) {

@@ -1,0 +1,142 @@
+// Custom functions (see Note [custom functions] in function.h).
+#include "kiln/autograd/function.h"
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln::autograd {
+
+void FunctionCtx::save_for_backward(std::vector<Tensor> tensors) {
+  pending_ = std::move(tensors);
+}
+
+std::vector<Tensor> FunctionCtx::saved_tensors() const {
+  if (!node_) return pending_;  // still inside forward, or nothing was recorded
+  std::shared_ptr<Node> self = node_->shared_from_this();
+  std::vector<Tensor> out;
+  out.reserve(saved_.size());
+  for (const SavedTensor& s : saved_) out.push_back(s.unpack(self));
+  return out;
+}
+
+FunctionNode::FunctionNode(const char* name, FunctionBackward backward,
+                           const std::vector<Tensor>& inputs, bool record, const Loc& call_loc)
+    : name_(name), backward_(backward) {
+  loc = call_loc;
+  sequence_nr = next_sequence_nr();
+  for (const Tensor& t : inputs) {
+    input_metas_.push_back({t.shape(), t.dtype(), t.device()});
+    bool needs = record && t.requires_grad();
+    ctx_.needs_input_grad.push_back(needs);
+    next_edges.push_back(needs ? gradient_edge(t) : Edge{});
+  }
+}
+
+void FunctionNode::attach(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> originals = outputs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    // An output that is an input (or an earlier output) gets its own handle, so that giving it
+    // this node as grad_fn does not rewrite the history of the caller's tensor.
+    bool aliased = false;
+    for (const Tensor& t : inputs) aliased = aliased || t.is_same(outputs[i]);
+    for (size_t j = 0; j < i; ++j) aliased = aliased || originals[j].is_same(outputs[i]);
+    if (aliased || !outputs[i].is_leaf() || outputs[i].requires_grad())
+      outputs[i] = detach(outputs[i]);
+    output_metas_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});
+    if (!is_floating(outputs[i].dtype())) continue;  // integer outputs have no gradient
+    AutogradMeta& meta = outputs[i].impl()->autograd();
+    meta.grad_fn = shared_from_this();
+    meta.output_nr = static_cast<uint32_t>(i);
+  }
+  output_hooks.resize(outputs.size());
+  // Outputs are kept without their grad_fn (this node: a cycle); anything else by handle.
+  for (const Tensor& t : ctx_.pending_) {
+    if (!t.defined()) {
+      ctx_.saved_.emplace_back();
+      continue;
+    }
+    size_t k = 0;
+    while (k < originals.size() && !originals[k].is_same(t)) ++k;
+    ctx_.saved_.emplace_back(k < originals.size() ? SavedTensor(outputs[k], true)
+                                                  : SavedTensor(t, false));
+  }
+  ctx_.pending_.clear();
+  ctx_.node_ = this;
+}
+
+void FunctionNode::release_saved() {
+  bool had_saved = false;
+  for (SavedTensor& s : ctx_.saved_) {
+    had_saved = had_saved || s.defined();
+    s.reset();
+  }
+  if (had_saved) released = true;
+}
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor> grads) {
+  if (released)
+    throw Error(fmt::format(
+        "[backward] tried to backward through the graph a second time, through '{}' (called at "
+        "{}), whose saved tensors were freed by the first backward. Pass retain_graph=true to the "
+        "first backward() or grad() to keep them",
+        name(), format_location(loc)));
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].defined())
+      grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});
+  std::vector<Tensor> result = backward_(ctx_, grads);
+  if (result.size() != input_metas_.size())
+    fail(name_, loc,
+         "expected backward to return one gradient per input of forward ({}), but it returned {}",
+         input_metas_.size(), result.size());
+  for (size_t i = 0; i < result.size(); ++i) {
+    const TensorMeta& m = input_metas_[i];
+    if (!ctx_.needs_input_grad[i] || !result[i].defined()) {
+      result[i] = Tensor();
+      continue;
+    }
+    Tensor& g = result[i];
+    if (g.shape() != m.shape || g.device() != m.device || !is_floating(g.dtype()))
+      fail(name_, loc,
+           "expected backward to return a gradient for input {} like the input ({}{} on {}), but "
+           "got {}",
+           i, dtype_name(m.dtype), shape_str(m.shape), m.device.name(), g.describe());
+    if (g.dtype() != m.dtype) g = to_dtype(g, m.dtype, loc);
+  }
+  return result;
+}
+
+std::vector<Tensor> apply_function(const char* name, FunctionForward forward,
+                                   FunctionBackward backward, const std::vector<Tensor>& inputs,
+                                   nlohmann::json attrs, const Loc& loc) {
+  bool record = GradMode::is_enabled();
+  bool any_requires_grad = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      fail(name, loc, "expected a defined tensor as input {}, but got an undefined one", i);
+    any_requires_grad = any_requires_grad || inputs[i].requires_grad();
+  }
+  record = record && any_requires_grad;
+  // The node exists from the start so that forward sees needs_input_grad; it is dropped unless
+  // the call is recorded.
+  auto node = std::make_shared<FunctionNode>(name, backward, inputs, record, loc);
+  FunctionCtx& ctx = node->ctx();
+  ctx.attrs = std::move(attrs);
+  std::vector<Tensor> outputs;
+  {
+    NoGradGuard no_grad;
+    outputs = forward(ctx, inputs);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined())
+      fail(name, loc, "expected forward to return defined tensors, but output {} is undefined", i);
+    if (AnomalyMode::is_enabled() && has_nonfinite(outputs[i]))
+      fail(name, loc, "anomaly detected: output {} ({}) of forward contains NaN or Inf", i,
+           outputs[i].describe());
+  }
+  if (record) node->attach(outputs, inputs);
+  return outputs;
+}
+
+}  // namespace kiln::autograd

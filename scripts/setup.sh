@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kiln needs from Debian's packages. Idempotent: skips apt when everything is there.
+set -euo pipefail
+packages=(
+  g++ cmake ninja-build pkg-config clang-format
+  libdnnl-dev            # oneDNN: matmul and (later) convolution kernels
+  libfmt-dev             # fmt: error messages and printing
+  nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
+  zlib1g-dev             # zlib: gzip-compressed IDX datasets
+  libgtest-dev libgmock-dev  # GoogleTest: the unit tests
+  libbenchmark-dev       # Google Benchmark: bench/
+  python3-torch python3-numpy  # PyTorch: live parity tests and head-to-head benchmarks
+  dataset-fashion-mnist  # the real Fashion-MNIST data
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
