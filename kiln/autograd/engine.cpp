@@ -155,8 +155,7 @@ class GraphTask {
       bool is_leaf = dynamic_cast<AccumulateGrad*>(node) != nullptr;
       bool capturing = !capture_index_.empty();
       if (!(is_leaf && capturing)) {
-        std::vector<Tensor> out = node->apply(std::move(grads));
-        if (AnomalyMode::is_enabled()) check_anomaly(*node, out);
+        std::vector<Tensor> out = apply_node(node, std::move(grads));
         if (!retain_graph_) node->release_saved();
         for (size_t i = 0; i < out.size() && i < node->next_edges.size(); ++i)
           accumulate(node->next_edges[i], out[i]);
@@ -167,6 +166,23 @@ class GraphTask {
           ready.push(e.fn.get());
       }
     }
+  }
+
+  // Under anomaly mode, the gradient a node returns is checked, not the ops of its vjp: those
+  // would report kiln's own lines (and intermediate infinities that a vjp masks out on purpose,
+  // like pow's log(0)), while the node names the user's op and line.
+  std::vector<Tensor> apply_node(Node* node, std::vector<Tensor> grads) {
+    if (!AnomalyMode::is_enabled()) return node->apply(std::move(grads));
+    std::vector<Tensor> out;
+    {
+      struct Restore {
+        ~Restore() { AnomalyMode::set_enabled(true); }
+      } restore;
+      AnomalyMode::set_enabled(false);
+      out = node->apply(std::move(grads));
+    }
+    check_anomaly(*node, out);
+    return out;
   }
 
   // Tensor hooks (which may replace a gradient), then captures for grad().

@@ -8,6 +8,9 @@
 
 namespace kiln::autograd {
 
+// Defined in node.cpp (Note [iterative graph deletion]); not yet exported by node.h.
+void delete_node(Node* node);
+
 void FunctionCtx::save_for_backward(std::vector<Tensor> tensors) {
   pending_ = std::move(tensors);
 }
@@ -120,7 +123,8 @@ std::vector<Tensor> apply_function(const char* name, FunctionForward forward,
   record = record && any_requires_grad;
   // The node exists from the start so that forward sees needs_input_grad; it is dropped unless
   // the call is recorded.
-  auto node = std::make_shared<FunctionNode>(name, backward, inputs, record, loc);
+  std::shared_ptr<FunctionNode> node(new FunctionNode(name, backward, inputs, record, loc),
+                                     &delete_node);
   FunctionCtx& ctx = node->ctx();
   ctx.attrs = std::move(attrs);
   std::vector<Tensor> outputs;

@@ -129,6 +129,31 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor> grads) {
   return {};
 }
 
+// Note [iterative graph deletion]: a node owns its predecessors (through next_edges, and through
+// the grad_fn of the tensors it saved), so dropping the last tensor of a long chain (an RNN over
+// many steps, a loop of 30k ops) would destroy the chain by recursion and overflow the stack.
+// Nodes are created with this deleter, which takes over the predecessors that would die with a
+// node and frees them in a loop, as PyTorch's deleteNode does.
+void delete_node(Node* node) {
+  std::vector<std::shared_ptr<Node>> stack;
+  auto gather = [&stack](Node* n) {
+    n->release_saved();  // may hold the last reference to a predecessor's output
+    for (Edge& e : n->next_edges) {
+      if (e.fn.use_count() == 1)
+        stack.push_back(std::move(e.fn));
+      else
+        e.fn.reset();
+    }
+  };
+  gather(node);
+  delete node;
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    gather(n.get());  // emptied first, so its own deletion below does not recurse
+  }
+}
+
 Edge gradient_edge(const Tensor& t) {
   if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
   AutogradMeta& meta = t.impl()->autograd();
@@ -145,7 +170,7 @@ namespace {
 // Set as the dispatcher's tape recorder (see Note [tape recorder]).
 void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
             const Loc& loc) {
-  auto node = std::make_shared<OpNode>(op, inputs, outputs, loc);
+  std::shared_ptr<OpNode> node(new OpNode(op, inputs, outputs, loc), &delete_node);
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!is_floating(outputs[i].dtype())) continue;
     AutogradMeta& meta = outputs[i].impl()->autograd();

@@ -2,7 +2,6 @@
 // logical_not and where. Comparisons and logic produce bool tensors and have no gradient.
 #include "kiln/ops/compare.h"
 
-#include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"

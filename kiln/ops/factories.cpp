@@ -341,6 +341,8 @@ template Tensor tensor<int64_t>(const std::vector<int64_t>&, std::optional<Shape
                                 const Loc&);
 template Tensor tensor<int32_t>(const std::vector<int32_t>&, std::optional<Shape>, TensorOptions,
                                 const Loc&);
+template Tensor tensor<int8_t>(const std::vector<int8_t>&, std::optional<Shape>, TensorOptions,
+                               const Loc&);
 template Tensor tensor<uint8_t>(const std::vector<uint8_t>&, std::optional<Shape>, TensorOptions,
                                 const Loc&);
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, TensorOptions,

@@ -192,7 +192,12 @@ class SliceBackwardOp final : public Op {
   nlohmann::json attrs() const override {
     return {{"shape", shape_}, {"dim", dim_}, {"start", start_}, {"end", end_}, {"step", step_}};
   }
-  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    Tensor probe = empty(shape_, {in[0].dtype(), kMeta});
+    Shape expected = SliceOp(dim_, start_, end_, step_).geometry(probe, loc).shape;
+    if (in[0].shape() != expected)
+      fail(name(), loc, "expected a gradient of shape {} for this slice of {}, but got {}",
+           shape_str(expected), shape_str(shape_), in[0].describe());
     return {{shape_, in[0].dtype(), in[0].device()}};
   }
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -215,7 +220,7 @@ std::vector<Tensor> SliceOp::vjp(const VjpContext& ctx) const {
   const Shape& shape = ctx.input_metas[0].shape;
   int64_t d = wrap_dim(dim_, static_cast<int64_t>(shape.size()), "slice");
   auto [s, e] = clamp_slice(start_, end_, shape[d]);
-  return {call_op<SliceBackwardOp>({ctx.grads[0]}, Loc::current(), shape, d, s, e, step_)};
+  return {slice_backward(ctx.grads[0], shape, d, s, e, step_)};
 }
 
 class ExpandOp final : public ViewOp {
@@ -312,6 +317,11 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
   std::iota(dims.begin(), dims.end(), 0);
   std::swap(dims[wrap_dim(d0, x.dim(), "transpose", loc)], dims[wrap_dim(d1, x.dim(), "transpose", loc)]);
   return permute(x, dims, loc);
+}
+
+Tensor slice_backward(const Tensor& grad, Shape input_shape, int64_t dim, int64_t start,
+                      int64_t end, int64_t step, const Loc& loc) {
+  return call_op<SliceBackwardOp>({grad}, loc, std::move(input_shape), dim, start, end, step);
 }
 
 Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
@@ -422,6 +432,38 @@ KILN_REGISTER_OP_SAMPLES("reshape", [] {
       {"flatten", {sample_tensor({2, 3, 4}, 15)}, one([](const Tensor& x) {
          return flatten(x, 1);
        }), "torch.flatten(a0, 1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("view", [] {
+  return std::vector<OpSample>{
+      {"merge", {sample_tensor({2, 3, 4}, 16)}, one([](const Tensor& x) {
+         return view(x, {6, -1});
+       }), "a0.view(6, -1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("squeeze", [] {
+  return std::vector<OpSample>{
+      {"dim", {sample_tensor({2, 1, 3}, 17)}, one([](const Tensor& x) { return squeeze(x, 1); }),
+       "a0.squeeze(1)"},
+      {"all", {sample_tensor({1, 3, 1}, 18)}, one([](const Tensor& x) { return squeeze(x); }),
+       "a0.squeeze()"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("unsqueeze", [] {
+  return std::vector<OpSample>{
+      {"negative", {sample_tensor({2, 3}, 19)},
+       one([](const Tensor& x) { return unsqueeze(x, -1); }), "a0.unsqueeze(-1)"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("slice_backward", [] {
+  return std::vector<OpSample>{
+      {"step", {sample_tensor({2, 4}, 35)}, one([](const Tensor& g) {
+         return slice_backward(g, {5, 4}, 0, 1, 5, 2);
+       }), "torch.ops.aten.slice_backward(a0, [5, 4], 0, 1, 5, 2)"},
   };
 });
 

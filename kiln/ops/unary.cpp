@@ -27,15 +27,19 @@ namespace {
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
 
-struct Floating {
-  static constexpr bool kKeepsIntegers = false;
-  static constexpr bool kAcceptsBool = true;
+// Defaults an entry may override: what vjp needs, attributes, extra validation.
+struct UnaryDefaults {
   static constexpr Op::Saves kSaves{.inputs = true, .outputs = false};
   nlohmann::json attrs() const { return nlohmann::json::object(); }
   void validate(const char*, const Tensor&, const Loc&) const {}
 };
 
-struct Integral : Floating {
+struct Floating : UnaryDefaults {
+  static constexpr bool kKeepsIntegers = false;
+  static constexpr bool kAcceptsBool = true;
+};
+
+struct Integral : UnaryDefaults {
   static constexpr bool kKeepsIntegers = true;
   static constexpr bool kAcceptsBool = false;
 };
@@ -229,8 +233,7 @@ struct SigmoidFn : Floating {
   }
 };
 
-// erf has no public function yet (unary.h does not declare one); exact gelu's gradient needs the
-// normal CDF, so it is an op here, differentiable like the others.
+// Exact gelu's gradient needs the normal CDF, hence erf.
 struct ErfFn : Floating {
   static constexpr const char* kName = "erf";
   template <class T>
@@ -241,8 +244,6 @@ struct ErfFn : Floating {
     return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
   }
 };
-
-Tensor erf_op(const Tensor& x, const Loc& loc = Loc::current());
 
 struct GeluFn : Floating {
   static constexpr const char* kName = "gelu";
@@ -273,7 +274,7 @@ struct GeluFn : Floating {
       Tensor d = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), dinner));
       return mul(g, d);
     }
-    Tensor cdf = mul(add(erf_op(mul(x, kSqrt1_2)), 1.0), 0.5);
+    Tensor cdf = mul(add(erf(mul(x, kSqrt1_2)), 1.0), 0.5);
     Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
     return mul(g, add(cdf, mul(x, pdf)));
   }
@@ -375,13 +376,16 @@ class UnaryOp final : public Op {
   Fn fn_;
 };
 
+// Entries without attributes share one op instance; the others are built per call.
 template <class Fn>
-Tensor unary(const Tensor& x, const Loc& loc, Fn fn = Fn{}) {
-  return call_op<UnaryOp<Fn>>({x}, loc, std::move(fn));
+Tensor unary(const Tensor& x, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const UnaryOp<Fn>>(Fn{});
+  return dispatch1(op, {x}, loc);
 }
 
-Tensor erf_op(const Tensor& x, const Loc& loc) {
-  return unary<ErfFn>(x, loc);
+template <class Fn>
+Tensor unary(const Tensor& x, const Loc& loc, Fn fn) {
+  return call_op<UnaryOp<Fn>>({x}, loc, std::move(fn));
 }
 
 }  // namespace
@@ -427,6 +431,9 @@ Tensor relu(const Tensor& x, const Loc& loc) {
 }
 Tensor gelu(const Tensor& x, const std::string& approximate, const Loc& loc) {
   return unary(x, loc, GeluFn(approximate));
+}
+Tensor erf(const Tensor& x, const Loc& loc) {
+  return unary<ErfFn>(x, loc);
 }
 Tensor silu(const Tensor& x, const Loc& loc) {
   return unary<SiluFn>(x, loc);
@@ -482,7 +489,7 @@ KILN_REGISTER_OP_SAMPLES("silu", [] {
   return unary_samples(plain<silu>, "torch.nn.functional.silu", -3, 3);
 });
 KILN_REGISTER_OP_SAMPLES("erf", [] {
-  return unary_samples([](const Tensor& x) { return erf_op(x); }, "torch.erf", -2, 2);
+  return unary_samples([](const Tensor& x) { return erf(x); }, "torch.erf", -2, 2);
 });
 
 std::vector<OpSample> gelu_samples() {

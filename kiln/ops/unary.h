@@ -18,6 +18,7 @@ Tensor sqrt(const Tensor& x, const Loc& loc = Loc::current());
 Tensor rsqrt(const Tensor& x, const Loc& loc = Loc::current());
 Tensor sin(const Tensor& x, const Loc& loc = Loc::current());
 Tensor cos(const Tensor& x, const Loc& loc = Loc::current());
+Tensor erf(const Tensor& x, const Loc& loc = Loc::current());
 Tensor tanh(const Tensor& x, const Loc& loc = Loc::current());
 Tensor sigmoid(const Tensor& x, const Loc& loc = Loc::current());
 Tensor relu(const Tensor& x, const Loc& loc = Loc::current());

@@ -11,6 +11,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 
 namespace kiln {
@@ -104,7 +105,7 @@ struct NanGrad : autograd::Function<NanGrad> {
     return {mul(in[0], 1.0)};
   }
   static std::vector<Tensor> backward(autograd::FunctionCtx&, const std::vector<Tensor>& grads) {
-    Tensor g = clone(grads[0]);
+    Tensor g = kiln::clone(grads[0]);
     g.fill_(std::nan(""));  // written directly, not by an op that anomaly mode checks
     return {g};
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/autograd/engine.h"
+#include "kiln/autograd/node.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
@@ -74,16 +75,18 @@ TEST(GradMode, OutputsUnderNoGradDoNotRequireGrad) {
 
 TEST(GradMode, EnableGradInsideNoGradRecords) {
   Tensor x = leaf({3.0});
-  Tensor y;
+  Tensor y, loss;
   {
     NoGradGuard no_grad;
     {
       EnableGradGuard enable;
       y = mul(x, x);
+      loss = sum(y);
     }
     EXPECT_TRUE(y.requires_grad());
+    EXPECT_FALSE(sum(y).requires_grad());  // back under NoGradGuard
     // backward itself works under NoGradGuard (the engine decides grad mode while it runs).
-    sum(y).backward();
+    loss.backward();
   }
   EXPECT_DOUBLE_EQ(x.grad().item(), 6.0);
 }
@@ -134,9 +137,9 @@ TEST(GradMode, BackwardRestoresGradMode) {
     Tensor y;
     {
       EnableGradGuard enable;
-      y = mul(x, x);
+      y = sum(mul(x, x));
     }
-    sum(y).backward({}, false, true);
+    y.backward({}, false, true);
     EXPECT_FALSE(GradMode::is_enabled());
   }
 }
