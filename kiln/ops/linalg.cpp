@@ -114,7 +114,30 @@ MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory:
   return e;
 }
 
+// Lowers this thread's OpenMP team size for one scope (the setting is per thread).
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(bool single) : prev_(omp_get_max_threads()), active_(single) {
+    if (active_) omp_set_num_threads(1);
+  }
+  ~ScopedThreads() {
+    if (active_) omp_set_num_threads(prev_);
+  }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int prev_;
+  bool active_;
+};
+
+// Products below this many multiply-adds run on one thread: waking a team costs more than the
+// work (oneDNN has no grain size of its own). Whether a shape is small is part of its cache key
+// (the dims), so each primitive is built and run with the same team size.
+constexpr int64_t kSmallGemm = int64_t{1} << 16;
+
 void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+  ScopedThreads threads(out.numel() * a.size(2) < kSmallGemm);
   std::optional<MatDesc> da = describe_operand(a), db = describe_operand(b);
   Tensor aa = da ? a : dense(a, DType::Float32);
   Tensor bb = db ? b : dense(b, DType::Float32);

@@ -213,6 +213,17 @@ TEST(Backward, DeepChainDoesNotOverflowTheStack) {
   }
 }
 
+TEST(Backward, LongGraphIsFreedWithoutRecursion) {
+  // Without Note [iterative graph deletion] freeing this chain recursed once per node and
+  // overflowed the stack (at ~25k nodes in a Debug build).
+  Tensor x = leaf({1.0});
+  Tensor y = x;
+  for (int i = 0; i < 40000; ++i) y = mul(add(y, x), 0.5);
+  EXPECT_TRUE(y.requires_grad());
+  y = Tensor();  // frees 80000 nodes
+  EXPECT_TRUE(x.is_leaf());
+}
+
 TEST(Backward, GradientsOfViews) {
   Tensor x = leaf({1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
   Tensor m = x.reshape({2, 3});

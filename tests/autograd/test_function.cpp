@@ -237,6 +237,19 @@ TEST(Function, ReturningAnInputKeepsTheCallersTensorALeaf) {
   expect_values(x.grad(), {3.0, 3.0});
 }
 
+TEST(Function, LongChainOfCustomFunctions) {
+  Tensor x = leaf({1.0});
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = Passthrough::apply({y})[0];
+  y = mul(y, 1.0);
+  // 3^100000 overflows; a short prefix checks the values, the long chain checks freeing.
+  y = Tensor();
+  Tensor z = x;
+  for (int i = 0; i < 5; ++i) z = Passthrough::apply({z})[0];
+  sum(z).backward();
+  expect_values(x.grad(), {243.0});
+}
+
 TEST(Function, ForwardRunsOnceAndUndefinedInputIsAnError) {
   MyExp::forward_calls = 0;
   Tensor x = leaf({1.0});
