@@ -34,14 +34,21 @@ Args parse(int argc, char** argv) {
     std::string k = argv[i];
     if (i + 1 >= argc) throw Error("[mlp_fashion_mnist] flag " + k + " needs a value");
     std::string v = argv[++i];
-    if (k == "--data") a.data = v;
-    else if (k == "--out") a.out = v;
-    else if (k == "--epochs") a.epochs = std::stoi(v);
-    else if (k == "--batch") a.batch = std::stoll(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--seed") a.seed = std::stoull(v);
-    else throw Error("[mlp_fashion_mnist] unknown flag " + k +
-                     " (known: --data --out --epochs --batch --lr --seed)");
+    if (k == "--data")
+      a.data = v;
+    else if (k == "--out")
+      a.out = v;
+    else if (k == "--epochs")
+      a.epochs = std::stoi(v);
+    else if (k == "--batch")
+      a.batch = std::stoll(v);
+    else if (k == "--lr")
+      a.lr = std::stod(v);
+    else if (k == "--seed")
+      a.seed = std::stoull(v);
+    else
+      throw Error("[mlp_fashion_mnist] unknown flag " + k +
+                  " (known: --data --out --epochs --batch --lr --seed)");
   }
   return a;
 }
@@ -66,8 +73,7 @@ void progress(int64_t step, int64_t total, double loss, double seconds, int64_t 
   double eta = step ? seconds / step * (total - step) : 0;
   std::printf("%s%lld/%lld [%s] - %.0fs - ETA %.0fs - loss: %.4f - %.0f samples/s%s",
               tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(total),
-              bar.c_str(), seconds, eta, loss, samples / std::max(seconds, 1e-9),
-              tty ? "" : "\n");
+              bar.c_str(), seconds, eta, loss, samples / std::max(seconds, 1e-9), tty ? "" : "\n");
   std::fflush(stdout);
 }
 
@@ -126,9 +132,8 @@ int main(int argc, char** argv) try {
     Tensor order = randint(0, int64_t{1} << 40, {n});
     std::vector<int64_t> keys = order.to_vector<int64_t>(), idx(n);
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
-      return keys[a] != keys[b] ? keys[a] < keys[b] : a < b;
-    });
+    std::sort(idx.begin(), idx.end(),
+              [&](int64_t a, int64_t b) { return keys[a] != keys[b] ? keys[a] < keys[b] : a < b; });
     auto start = std::chrono::steady_clock::now();
     double running = 0;
     for (int64_t s = 0; s < steps; ++s) {
@@ -160,7 +165,8 @@ int main(int argc, char** argv) try {
 
   std::filesystem::create_directories(args.out);
   std::string path = args.out + "/mlp.safetensors";
-  save_safetensors(path, {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}});
+  save_safetensors(path,
+                   {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}});
   std::printf("saved weights to %s\n", path.c_str());
   return accuracy >= 0.80 ? 0 : 1;
 } catch (const std::exception& e) {

@@ -25,9 +25,7 @@ struct Target {
   bool operator==(const Target&) const = default;
 };
 struct TargetHash {
-  size_t operator()(const Target& t) const {
-    return std::hash<Node*>()(t.node) * 31 + t.slot;
-  }
+  size_t operator()(const Target& t) const { return std::hash<Node*>()(t.node) * 31 + t.slot; }
 };
 
 class GraphTask {
@@ -48,18 +46,22 @@ class GraphTask {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Tensor& out = outputs[i];
       if (!out.requires_grad())
-        fail(op, loc_, "expected outputs that require grad, but output {} ({}) does not require "
+        fail(op, loc_,
+             "expected outputs that require grad, but output {} ({}) does not require "
              "grad and has no grad_fn (was it computed under NoGradGuard, or from tensors that do "
-             "not require grad?)", i, out.describe());
+             "not require grad?)",
+             i, out.describe());
       Tensor seed = grad_outputs.empty() ? Tensor() : grad_outputs[i];
       if (!seed.defined()) {
         if (out.numel() != 1)
-          fail(op, loc_, "grad can be implicitly created only for scalar outputs, but got output "
-               "{} {}; pass grad_outputs of the same shape", i, out.describe());
+          fail(op, loc_,
+               "grad can be implicitly created only for scalar outputs, but got output "
+               "{} {}; pass grad_outputs of the same shape",
+               i, out.describe());
         seed = ones_like(out);
       } else if (seed.shape() != out.shape()) {
-        fail(op, loc_, "expected grad_output {} of shape {}, but got {}", i,
-             shape_str(out.shape()), seed.describe());
+        fail(op, loc_, "expected grad_output {} of shape {}, but got {}", i, shape_str(out.shape()),
+             seed.describe());
       }
       roots.push_back(autograd::gradient_edge(out));
       seeds.push_back(seed);
@@ -79,9 +81,10 @@ class GraphTask {
     if (!allow_unused)
       for (size_t i = 0; i < captured_.size(); ++i)
         if (!captured_[i].defined())
-          fail(op, loc_, "input {} ({}) was not used to compute the outputs; pass "
-               "allow_unused=true to get an undefined gradient for it", i,
-               captures[i].describe());
+          fail(op, loc_,
+               "input {} ({}) was not used to compute the outputs; pass "
+               "allow_unused=true to get an undefined gradient for it",
+               i, captures[i].describe());
     return std::move(captured_);
   }
 

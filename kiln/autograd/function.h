@@ -27,9 +27,9 @@ class FunctionCtx {
 
  private:
   friend class FunctionNode;
-  std::vector<Tensor> pending_;      // as given, until forward has returned
-  std::vector<SavedTensor> saved_;   // after forward: version-checked copies
-  FunctionNode* node_ = nullptr;     // set once the tape node owns this context
+  std::vector<Tensor> pending_;     // as given, until forward has returned
+  std::vector<SavedTensor> saved_;  // after forward: version-checked copies
+  FunctionNode* node_ = nullptr;    // set once the tape node owns this context
 };
 
 using FunctionForward = std::vector<Tensor> (*)(FunctionCtx&, const std::vector<Tensor>&);

@@ -7,7 +7,7 @@
 namespace kiln {
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // central-difference step
+  double eps = 1e-6;  // central-difference step
   double atol = 1e-5;
   double rtol = 1e-4;
   // Inputs to perturb; empty = every floating input.

@@ -32,8 +32,7 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& saver) const {
         "by '{}' at {}: {} was saved at version {} and is now at version {}. Clone it before the "
         "in-place op, or use the out-of-place op",
         saver->name(), format_location(saver->loc), storage.last_writer_op(),
-        format_location(storage.last_writer_loc()), data_.describe(), version_,
-        storage.version()));
+        format_location(storage.last_writer_loc()), data_.describe(), version_, storage.version()));
   if (!is_output_) return data_;
   // Re-attach the output to its producer so that create_graph sees the real history.
   Tensor out = detach(data_);
@@ -67,7 +66,9 @@ void OpNode::save_outputs(const std::vector<Tensor>& outputs) {
   for (const Tensor& t : outputs) saved_outputs_.emplace_back(t, true);
 }
 
-std::string OpNode::name() const { return op_->name(); }
+std::string OpNode::name() const {
+  return op_->name();
+}
 
 void OpNode::release_saved() {
   bool had_saved = false;
@@ -100,9 +101,10 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
   for (size_t i = 0; i < result.size(); ++i) {
     if (!needs_grad_[i]) result[i] = Tensor();
     if (result[i].defined() && result[i].shape() != input_metas_[i].shape)
-      throw InternalError(fmt::format("kiln internal error: vjp of '{}' returned {} for input {} of "
-                                      "shape {}", name(), result[i].describe(), i,
-                                      shape_str(input_metas_[i].shape)));
+      throw InternalError(
+          fmt::format("kiln internal error: vjp of '{}' returned {} for input {} of "
+                      "shape {}",
+                      name(), result[i].describe(), i, shape_str(input_metas_[i].shape)));
   }
   return result;
 }

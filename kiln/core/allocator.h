@@ -14,14 +14,14 @@ struct MemoryStats {
   int64_t reserved_bytes = 0;        // in segments obtained from the system
   int64_t peak_allocated_bytes = 0;  // since start or reset_peak_stats()
   int64_t peak_reserved_bytes = 0;
-  int64_t num_allocations = 0;       // allocate() calls that returned memory
+  int64_t num_allocations = 0;  // allocate() calls that returned memory
   int64_t num_frees = 0;
-  int64_t cache_hits = 0;            // served from a cached free block
-  int64_t cache_misses = 0;          // needed a new segment from the system
+  int64_t cache_hits = 0;    // served from a cached free block
+  int64_t cache_misses = 0;  // needed a new segment from the system
   int64_t num_segments = 0;
-  int64_t largest_free_block = 0;    // largest cached free block, bytes
-  // 1 - largest_free_block / (reserved - allocated); 0 when nothing is free. 0 means the free memory
-  // is one block; near 1 means it is scattered in pieces too small for large requests.
+  int64_t largest_free_block = 0;  // largest cached free block, bytes
+  // 1 - largest_free_block / (reserved - allocated); 0 when nothing is free. 0 means the free
+  // memory is one block; near 1 means it is scattered in pieces too small for large requests.
   double fragmentation = 0.0;
 };
 
@@ -35,8 +35,8 @@ class OutOfMemoryError : public Error {
 // and served from cached free blocks (best fit, split when the remainder is worth keeping) that
 // live in segments obtained from the system: small requests (<= 1 MiB) share 2 MiB segments, larger
 // ones get a segment of their rounded size. Freed blocks merge with free neighbours in the same
-// segment. Memory returns to the system on empty_cache() and when a limit or the system refuses a new segment
-// (whole free segments only).
+// segment. Memory returns to the system on empty_cache() and when a limit or the system refuses a
+// new segment (whole free segments only).
 class CachingAllocator {
  public:
   static constexpr size_t kBlockRound = 512;
@@ -68,10 +68,20 @@ class CachingAllocator {
   Impl* impl_;
 };
 
-inline MemoryStats memory_stats() { return CachingAllocator::instance().stats(); }
-inline std::string memory_summary() { return CachingAllocator::instance().memory_summary(); }
-inline void empty_cache() { CachingAllocator::instance().empty_cache(); }
-inline void reset_peak_stats() { CachingAllocator::instance().reset_peak_stats(); }
-inline void set_memory_limit(size_t bytes) { CachingAllocator::instance().set_memory_limit(bytes); }
+inline MemoryStats memory_stats() {
+  return CachingAllocator::instance().stats();
+}
+inline std::string memory_summary() {
+  return CachingAllocator::instance().memory_summary();
+}
+inline void empty_cache() {
+  CachingAllocator::instance().empty_cache();
+}
+inline void reset_peak_stats() {
+  CachingAllocator::instance().reset_peak_stats();
+}
+inline void set_memory_limit(size_t bytes) {
+  CachingAllocator::instance().set_memory_limit(bytes);
+}
 
 }  // namespace kiln

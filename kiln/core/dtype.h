@@ -11,8 +11,8 @@ namespace kiln {
 // Ordered from the lowest to the highest promotion category so that promotion is mostly a max().
 enum class DType : uint8_t { Bool, UInt8, Int8, Int32, Int64, Float16, BFloat16, Float32, Float64 };
 
-inline constexpr DType kAllDTypes[] = {DType::Bool,    DType::UInt8,    DType::Int8,
-                                       DType::Int32,   DType::Int64,    DType::Float16,
+inline constexpr DType kAllDTypes[] = {DType::Bool,     DType::UInt8,   DType::Int8,
+                                       DType::Int32,    DType::Int64,   DType::Float16,
                                        DType::BFloat16, DType::Float32, DType::Float64};
 
 size_t itemsize(DType dt);
@@ -31,16 +31,26 @@ struct TypeTag {
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, bool>) return DType::Bool;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::UInt8;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::Int8;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
-  else if constexpr (std::is_same_v<T, Half>) return DType::Float16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DType::BFloat16;
-  else if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
-  else static_assert(sizeof(T) == 0, "not a kiln dtype");
+  if constexpr (std::is_same_v<T, bool>)
+    return DType::Bool;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::UInt8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::Int8;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::Int64;
+  else if constexpr (std::is_same_v<T, Half>)
+    return DType::Float16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DType::BFloat16;
+  else if constexpr (std::is_same_v<T, float>)
+    return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::Float64;
+  else
+    static_assert(sizeof(T) == 0, "not a kiln dtype");
 }
 
 // Calls f(TypeTag<T>{}) with the C++ type of dt. Use: visit_dtype(dt, [&](auto tag) {
@@ -48,21 +58,31 @@ constexpr DType dtype_of() {
 template <class F>
 decltype(auto) visit_dtype(DType dt, F&& f) {
   switch (dt) {
-    case DType::Bool: return f(TypeTag<bool>{});
-    case DType::UInt8: return f(TypeTag<uint8_t>{});
-    case DType::Int8: return f(TypeTag<int8_t>{});
-    case DType::Int32: return f(TypeTag<int32_t>{});
-    case DType::Int64: return f(TypeTag<int64_t>{});
-    case DType::Float16: return f(TypeTag<Half>{});
-    case DType::BFloat16: return f(TypeTag<BFloat16>{});
-    case DType::Float32: return f(TypeTag<float>{});
-    case DType::Float64: return f(TypeTag<double>{});
+    case DType::Bool:
+      return f(TypeTag<bool>{});
+    case DType::UInt8:
+      return f(TypeTag<uint8_t>{});
+    case DType::Int8:
+      return f(TypeTag<int8_t>{});
+    case DType::Int32:
+      return f(TypeTag<int32_t>{});
+    case DType::Int64:
+      return f(TypeTag<int64_t>{});
+    case DType::Float16:
+      return f(TypeTag<Half>{});
+    case DType::BFloat16:
+      return f(TypeTag<BFloat16>{});
+    case DType::Float32:
+      return f(TypeTag<float>{});
+    case DType::Float64:
+      return f(TypeTag<double>{});
   }
   return f(TypeTag<float>{});
 }
 
 // Types that kernels compute in: 16-bit floats are widened to float32.
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+using compute_t =
+    std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
 }  // namespace kiln

@@ -37,11 +37,11 @@ template <class... Args>
   throw_error(op, fmt::format(f, std::forward<Args>(args)...), loc);
 }
 
-#define KILN_INTERNAL_ASSERT(cond, msg)                                               \
-  do {                                                                                \
-    if (!(cond))                                                                      \
-      throw ::kiln::InternalError(std::string("kiln internal error: ") + (msg) + " (" + \
-                                  __FILE__ + ":" + std::to_string(__LINE__) + ")");   \
+#define KILN_INTERNAL_ASSERT(cond, msg)                                                            \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      throw ::kiln::InternalError(std::string("kiln internal error: ") + (msg) + " (" + __FILE__ + \
+                                  ":" + std::to_string(__LINE__) + ")");                           \
   } while (0)
 
 }  // namespace kiln

@@ -10,6 +10,8 @@ uint16_t Half::from_float(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 
-float Half::to_float(uint16_t h) { return _cvtsh_ss(h); }
+float Half::to_float(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 }  // namespace kiln

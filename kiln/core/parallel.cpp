@@ -10,6 +10,8 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
-int get_num_threads() { return omp_get_max_threads(); }
+int get_num_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace kiln

@@ -24,7 +24,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     f(begin, end);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t b = begin + n * c / chunks;
     int64_t e = begin + n * (c + 1) / chunks;

@@ -47,8 +47,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op,
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      fail(op, loc,
-           "expected shapes that broadcast, but got {} and {} (dimension {} is {} vs {})",
+      fail(op, loc, "expected shapes that broadcast, but got {} and {} (dimension {} is {} vs {})",
            shape_str(a), shape_str(b), static_cast<int64_t>(i) - static_cast<int64_t>(n), da, db);
     out[i] = da == 1 ? db : da;
   }

@@ -4,8 +4,12 @@
 
 namespace kiln {
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   const Shape& sh = shape();
@@ -25,7 +29,8 @@ std::string Tensor::describe() const {
 }
 
 void* Tensor::raw_data() const {
-  if (is_meta()) fail("data", Loc::current(), "expected a tensor with memory, but got {}", describe());
+  if (is_meta())
+    fail("data", Loc::current(), "expected a tensor with memory, but got {}", describe());
   return static_cast<char*>(storage()->data()) + storage_offset() * itemsize(dtype());
 }
 
@@ -132,8 +137,8 @@ Tensor empty(Shape shape, TensorOptions options) {
   size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype);
   auto storage = std::make_shared<Storage>(nbytes, options.device);
   Strides strides = contiguous_strides(shape);
-  Tensor t(std::make_shared<TensorImpl>(std::move(storage), std::move(shape), std::move(strides),
-                                        0, options.dtype));
+  Tensor t(std::make_shared<TensorImpl>(std::move(storage), std::move(shape), std::move(strides), 0,
+                                        options.dtype));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
@@ -145,6 +150,8 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
   return Tensor(std::move(impl));
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.to_string();
+}
 
 }  // namespace kiln

@@ -29,8 +29,8 @@ using GradHook = std::function<Tensor(const Tensor&)>;
 // gives it meaning.
 struct AutogradMeta {
   bool requires_grad = false;
-  std::shared_ptr<Tensor> grad;                  // accumulated gradient of a leaf
-  std::shared_ptr<autograd::Node> grad_fn;       // producer of a non-leaf
+  std::shared_ptr<Tensor> grad;                    // accumulated gradient of a leaf
+  std::shared_ptr<autograd::Node> grad_fn;         // producer of a non-leaf
   std::weak_ptr<autograd::Node> grad_accumulator;  // AccumulateGrad node of a leaf, shared by uses
   uint32_t output_nr = 0;
   std::vector<GradHook> leaf_hooks;  // hooks on a leaf run before accumulation
@@ -66,9 +66,18 @@ struct TensorOptions {
   DType dtype = DType::Float32;
   Device device = kCPU;
   bool requires_grad = false;
-  TensorOptions& with_dtype(DType d) { dtype = d; return *this; }
-  TensorOptions& with_device(Device d) { device = d; return *this; }
-  TensorOptions& with_requires_grad(bool r) { requires_grad = r; return *this; }
+  TensorOptions& with_dtype(DType d) {
+    dtype = d;
+    return *this;
+  }
+  TensorOptions& with_device(Device d) {
+    device = d;
+    return *this;
+  }
+  TensorOptions& with_requires_grad(bool r) {
+    requires_grad = r;
+    return *this;
+  }
 };
 
 // A handle to a TensorImpl; copies share it, like torch.Tensor in Python.

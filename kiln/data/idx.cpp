@@ -76,20 +76,40 @@ Tensor read_idx(const std::string& path, const Loc& loc) {
   unsigned char magic[4];
   in.read(magic, 4, "the magic number");
   if (magic[0] != 0 || magic[1] != 0)
-    fail("read_idx", loc, "'{}' is not an IDX file: magic bytes at offset 0 are {:02x} {:02x}, "
-         "expected 00 00", path, magic[0], magic[1]);
+    fail("read_idx", loc,
+         "'{}' is not an IDX file: magic bytes at offset 0 are {:02x} {:02x}, "
+         "expected 00 00",
+         path, magic[0], magic[1]);
   int rank = magic[3];
   if (rank < 1 || rank > 8)
     fail("read_idx", loc, "'{}': expected 1 to 8 dimensions at offset 3, but got {}", path, rank);
   DType dt;
   size_t elem;
   switch (magic[2]) {
-    case 0x08: dt = DType::UInt8; elem = 1; break;
-    case 0x09: dt = DType::Int8; elem = 1; break;
-    case 0x0B: dt = DType::Int32; elem = 2; break;
-    case 0x0C: dt = DType::Int32; elem = 4; break;
-    case 0x0D: dt = DType::Float32; elem = 4; break;
-    case 0x0E: dt = DType::Float64; elem = 8; break;
+    case 0x08:
+      dt = DType::UInt8;
+      elem = 1;
+      break;
+    case 0x09:
+      dt = DType::Int8;
+      elem = 1;
+      break;
+    case 0x0B:
+      dt = DType::Int32;
+      elem = 2;
+      break;
+    case 0x0C:
+      dt = DType::Int32;
+      elem = 4;
+      break;
+    case 0x0D:
+      dt = DType::Float32;
+      elem = 4;
+      break;
+    case 0x0E:
+      dt = DType::Float64;
+      elem = 8;
+      break;
     default:
       fail("read_idx", loc, "'{}': unknown IDX element type 0x{:02x} at offset 2", path, magic[2]);
   }
@@ -103,8 +123,10 @@ Tensor read_idx(const std::string& path, const Loc& loc) {
     numel *= static_cast<uint64_t>(shape[d]);
     // IDX files of real datasets are far below this; a larger count means a corrupt header.
     if (numel * elem > (uint64_t{1} << 36))
-      fail("read_idx", loc, "'{}': dimension {} at offset {} makes the data {} elements, which is "
-           "implausibly large (corrupt header?)", path, d, at, numel);
+      fail("read_idx", loc,
+           "'{}': dimension {} at offset {} makes the data {} elements, which is "
+           "implausibly large (corrupt header?)",
+           path, d, at, numel);
   }
   Tensor out = empty(shape, {dt});
   if (elem == 2) {
@@ -122,8 +144,10 @@ Tensor read_idx(const std::string& path, const Loc& loc) {
     });
   }
   if (!in.at_end())
-    fail("read_idx", loc, "'{}': unexpected bytes after the data at offset {} (the header says {} "
-         "elements)", path, in.offset(), numel);
+    fail("read_idx", loc,
+         "'{}': unexpected bytes after the data at offset {} (the header says {} "
+         "elements)",
+         path, in.offset(), numel);
   return out;
 }
 

@@ -26,7 +26,9 @@ struct AddFn {
   static constexpr const char* kName = "add";
   static constexpr bool kNeedsInputs = false;
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(a + b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a + b);
+  }
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, g}; }
 };
 
@@ -34,7 +36,9 @@ struct SubFn {
   static constexpr const char* kName = "sub";
   static constexpr bool kNeedsInputs = false;
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(a - b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a - b);
+  }
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, neg(g)}; }
 };
 
@@ -42,7 +46,9 @@ struct MulFn {
   static constexpr const char* kName = "mul";
   static constexpr bool kNeedsInputs = true;
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(a * b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a * b);
+  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return {mul(g, b), mul(g, a)};
   }
@@ -52,7 +58,9 @@ struct DivFn {
   static constexpr const char* kName = "div";
   static constexpr bool kNeedsInputs = true;
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(a / b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a / b);
+  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     Tensor ga = div(g, b);
     return {ga, neg(div(mul(ga, a), b))};
@@ -182,11 +190,21 @@ Tensor scalar_like(double value, const Tensor& like) {
   return t;
 }
 
-Tensor add(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<AddFn>(a, b, loc); }
-Tensor sub(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<SubFn>(a, b, loc); }
-Tensor mul(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<MulFn>(a, b, loc); }
-Tensor div(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<DivFn>(a, b, loc); }
-Tensor pow(const Tensor& a, const Tensor& b, const Loc& loc) { return binary<PowFn>(a, b, loc); }
+Tensor add(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<AddFn>(a, b, loc);
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<SubFn>(a, b, loc);
+}
+Tensor mul(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<MulFn>(a, b, loc);
+}
+Tensor div(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<DivFn>(a, b, loc);
+}
+Tensor pow(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return binary<PowFn>(a, b, loc);
+}
 Tensor maximum(const Tensor& a, const Tensor& b, const Loc& loc) {
   return binary<MaximumFn>(a, b, loc);
 }
@@ -194,49 +212,100 @@ Tensor minimum(const Tensor& a, const Tensor& b, const Loc& loc) {
   return binary<MinimumFn>(a, b, loc);
 }
 
-Tensor add(const Tensor& a, double b, const Loc& loc) { return add(a, scalar_like(b, a), loc); }
-Tensor sub(const Tensor& a, double b, const Loc& loc) { return sub(a, scalar_like(b, a), loc); }
-Tensor mul(const Tensor& a, double b, const Loc& loc) { return mul(a, scalar_like(b, a), loc); }
-Tensor div(const Tensor& a, double b, const Loc& loc) { return div(a, scalar_like(b, a), loc); }
-Tensor add(double a, const Tensor& b, const Loc& loc) { return add(scalar_like(a, b), b, loc); }
-Tensor sub(double a, const Tensor& b, const Loc& loc) { return sub(scalar_like(a, b), b, loc); }
-Tensor mul(double a, const Tensor& b, const Loc& loc) { return mul(scalar_like(a, b), b, loc); }
-Tensor div(double a, const Tensor& b, const Loc& loc) { return div(scalar_like(a, b), b, loc); }
-Tensor pow(double a, const Tensor& b, const Loc& loc) { return pow(scalar_like(a, b), b, loc); }
+Tensor add(const Tensor& a, double b, const Loc& loc) {
+  return add(a, scalar_like(b, a), loc);
+}
+Tensor sub(const Tensor& a, double b, const Loc& loc) {
+  return sub(a, scalar_like(b, a), loc);
+}
+Tensor mul(const Tensor& a, double b, const Loc& loc) {
+  return mul(a, scalar_like(b, a), loc);
+}
+Tensor div(const Tensor& a, double b, const Loc& loc) {
+  return div(a, scalar_like(b, a), loc);
+}
+Tensor add(double a, const Tensor& b, const Loc& loc) {
+  return add(scalar_like(a, b), b, loc);
+}
+Tensor sub(double a, const Tensor& b, const Loc& loc) {
+  return sub(scalar_like(a, b), b, loc);
+}
+Tensor mul(double a, const Tensor& b, const Loc& loc) {
+  return mul(scalar_like(a, b), b, loc);
+}
+Tensor div(double a, const Tensor& b, const Loc& loc) {
+  return div(scalar_like(a, b), b, loc);
+}
+Tensor pow(double a, const Tensor& b, const Loc& loc) {
+  return pow(scalar_like(a, b), b, loc);
+}
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(a, b); }
-Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(double a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(double a, const Tensor& b) { return div(a, b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, double b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, double b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, double b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, double b) {
+  return div(a, b);
+}
+Tensor operator+(double a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(double a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(double a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(double a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 namespace {
 
-std::vector<OpSample> binary_samples(const char* name, Tensor (*fn)(const Tensor&, const Tensor&,
-                                                                     const Loc&),
+std::vector<OpSample> binary_samples(const char* name,
+                                     Tensor (*fn)(const Tensor&, const Tensor&, const Loc&),
                                      double low, double high) {
   std::string torch = std::string("torch.") + name;
   auto call = [fn](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{fn(in[0], in[1], Loc::current())};
   };
   return {
-      {"same_shape", {sample_tensor({3, 4}, 1, low, high), sample_tensor({3, 4}, 2, low, high)},
-       call, torch + "(a0, a1)"},
-      {"broadcast", {sample_tensor({2, 3, 1}, 3, low, high), sample_tensor({4}, 4, low, high)},
-       call, torch + "(a0, a1)"},
-      {"zero_dim", {sample_tensor({2, 3}, 5, low, high), sample_tensor({}, 6, low, high)}, call,
+      {"same_shape",
+       {sample_tensor({3, 4}, 1, low, high), sample_tensor({3, 4}, 2, low, high)},
+       call,
+       torch + "(a0, a1)"},
+      {"broadcast",
+       {sample_tensor({2, 3, 1}, 3, low, high), sample_tensor({4}, 4, low, high)},
+       call,
+       torch + "(a0, a1)"},
+      {"zero_dim",
+       {sample_tensor({2, 3}, 5, low, high), sample_tensor({}, 6, low, high)},
+       call,
        torch + "(a0, a1)"},
       {"transposed",
        {sample_tensor({4, 3}, 7, low, high).t(), sample_tensor({1, 4}, 8, low, high)},
-       call, torch + "(a0, a1)"},
+       call,
+       torch + "(a0, a1)"},
   };
 }
 

@@ -22,8 +22,12 @@ void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& l
 }
 }  // namespace
 
-void set_tape_recorder(TapeRecorder r) { recorder = r; }
-void set_dispatch_observer(DispatchObserver o) { observer = std::move(o); }
+void set_tape_recorder(TapeRecorder r) {
+  recorder = r;
+}
+void set_dispatch_observer(DispatchObserver o) {
+  observer = std::move(o);
+}
 
 bool should_record(const Op& op, const std::vector<Tensor>& inputs) {
   if (!GradMode::is_enabled() || !op.differentiable()) return false;
@@ -55,8 +59,7 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
       if (has_nonfinite(outputs[i]))
         fail(op->name(), loc,
              "anomaly detected: output {} ({}) contains NaN or Inf; inputs were {}", i,
-             outputs[i].describe(),
-             [&] {
+             outputs[i].describe(), [&] {
                std::string s;
                for (const Tensor& t : inputs) s += (s.empty() ? "" : ", ") + t.describe();
                return s;

@@ -16,8 +16,7 @@ Tensor full(Shape shape, double value, TensorOptions options = {});
 Tensor arange(double end, std::optional<TensorOptions> options = std::nullopt,
               const Loc& loc = Loc::current());
 Tensor arange(double start, double end, double step = 1.0,
-              std::optional<TensorOptions> options = std::nullopt,
-              const Loc& loc = Loc::current());
+              std::optional<TensorOptions> options = std::nullopt, const Loc& loc = Loc::current());
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {},
                 const Loc& loc = Loc::current());
 Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});

@@ -76,13 +76,14 @@ void map_unary(const Tensor& a, const Tensor& out, F f) {
     });
     return;
   }
-  for_each_row<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())},
-                  [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& s) {
-                    TO* o = po + off[0];
-                    const TA* x = pa + off[1];
-                    for (int64_t i = 0; i < n; ++i)
-                      o[i * s[0]] = static_cast<TO>(f(static_cast<compute_t<TA>>(x[i * s[1]])));
-                  });
+  for_each_row<2>(
+      out.shape(), {out.strides(), broadcast_strides(a, out.shape())},
+      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& s) {
+        TO* o = po + off[0];
+        const TA* x = pa + off[1];
+        for (int64_t i = 0; i < n; ++i)
+          o[i * s[0]] = static_cast<TO>(f(static_cast<compute_t<TA>>(x[i * s[1]])));
+      });
 }
 
 // out[i] = f(a[i], b[i]) with broadcasting of a and b to out's shape.

@@ -12,8 +12,8 @@ std::vector<Tensor> Op::forward(const std::vector<Tensor>& inputs,
 }
 
 void Op::kernel(const std::vector<Tensor>&, const std::vector<Tensor>&) const {
-  throw InternalError(fmt::format("kiln internal error: op '{}' has neither forward nor kernel",
-                                  name()));
+  throw InternalError(
+      fmt::format("kiln internal error: op '{}' has neither forward nor kernel", name()));
 }
 
 std::vector<Tensor> Op::vjp(const VjpContext&) const {

@@ -17,10 +17,10 @@ struct TensorMeta {
 
 struct VjpContext {
   const std::vector<TensorMeta>& input_metas;  // shape/dtype of every input, always available
-  const std::vector<Tensor>& inputs;   // saved inputs (undefined where the op saves none)
-  const std::vector<Tensor>& outputs;  // saved outputs (undefined where the op saves none)
-  const std::vector<Tensor>& grads;    // gradient of every output (zeros where none flowed)
-  const std::vector<bool>& needs_grad;  // which inputs need a gradient
+  const std::vector<Tensor>& inputs;           // saved inputs (undefined where the op saves none)
+  const std::vector<Tensor>& outputs;          // saved outputs (undefined where the op saves none)
+  const std::vector<Tensor>& grads;            // gradient of every output (zeros where none flowed)
+  const std::vector<bool>& needs_grad;         // which inputs need a gradient
 };
 
 // Note [op definition]: an operator is declared once, as a subclass of Op:
@@ -38,7 +38,8 @@ class Op {
   virtual const char* name() const = 0;
   virtual nlohmann::json attrs() const { return nlohmann::json::object(); }
 
-  virtual std::vector<TensorMeta> infer(const std::vector<Tensor>& inputs, const Loc& loc) const = 0;
+  virtual std::vector<TensorMeta> infer(const std::vector<Tensor>& inputs,
+                                        const Loc& loc) const = 0;
   virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs,
                                       const std::vector<TensorMeta>& metas) const;
   virtual void kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;

@@ -24,7 +24,9 @@ bool register_op_info(OpInfo info) {
   return true;
 }
 
-const std::vector<OpInfo>& registered_ops() { return registry(); }
+const std::vector<OpInfo>& registered_ops() {
+  return registry();
+}
 
 Tensor sample_tensor(Shape shape, uint64_t seed, double low, double high) {
   Tensor t = empty(std::move(shape), {DType::Float64});

@@ -7,7 +7,8 @@
 
 namespace kiln {
 
-// One way to call an op, used by the table-driven tests (gradcheck, meta inference, PyTorch parity).
+// One way to call an op, used by the table-driven tests (gradcheck, meta inference, PyTorch
+// parity).
 struct OpSample {
   using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
   OpSample(std::string label, std::vector<Tensor> inputs, Fn fn, std::string torch = "",
@@ -19,7 +20,7 @@ struct OpSample {
         grad_inputs(std::move(grad_inputs)),
         check_grad(check_grad) {}
 
-  std::string label;          // "add/broadcast"
+  std::string label;           // "add/broadcast"
   std::vector<Tensor> inputs;  // cpu tensors; floating ones in float64
   // Calls the public API; must work on cpu and on meta copies of `inputs`.
   Fn fn;
@@ -47,7 +48,7 @@ Tensor sample_tensor(Shape shape, uint64_t seed, double low = -1.0, double high 
 #define KILN_CONCAT_INNER(a, b) a##b
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 // KILN_REGISTER_OP_SAMPLES("add", [] { return std::vector<OpSample>{...}; });
-#define KILN_REGISTER_OP_SAMPLES(name, ...)                       \
+#define KILN_REGISTER_OP_SAMPLES(name, ...)                      \
   static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) = \
       ::kiln::register_op_info({name, __VA_ARGS__})
 

@@ -73,8 +73,8 @@ Shape infer_size(Shape shape, int64_t numel, const char* op, const Tensor& x, co
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      if (infer_at >= 0) fail(op, loc, "expected at most one -1 in the shape, but got {}",
-                              shape_str(shape));
+      if (infer_at >= 0)
+        fail(op, loc, "expected at most one -1 in the shape, but got {}", shape_str(shape));
       infer_at = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       fail(op, loc, "expected non-negative sizes, but got shape {}", shape_str(shape));
@@ -83,10 +83,9 @@ Shape infer_size(Shape shape, int64_t numel, const char* op, const Tensor& x, co
     }
   }
   if (infer_at >= 0 && known != 0 && numel % known == 0) shape[infer_at] = numel / known;
-  if ((infer_at >= 0 && (known == 0 || numel % known != 0)) ||
-      (infer_at < 0 && known != numel))
-    fail(op, loc, "shape {} is invalid for input {} of {} elements", shape_str(shape),
-         x.describe(), numel);
+  if ((infer_at >= 0 && (known == 0 || numel % known != 0)) || (infer_at < 0 && known != numel))
+    fail(op, loc, "shape {} is invalid for input {} of {} elements", shape_str(shape), x.describe(),
+         numel);
   return shape;
 }
 
@@ -127,8 +126,9 @@ class PermuteOp final : public ViewOp {
     std::vector<bool> seen(dims_.size(), false);
     for (size_t i = 0; i < dims_.size(); ++i) {
       int64_t d = wrap_dim(dims_[i], x.dim(), "permute", loc);
-      if (seen[d]) fail("permute", loc, "expected a permutation, but got dims {} (dim {} repeats)",
-                        shape_str(dims_), d);
+      if (seen[d])
+        fail("permute", loc, "expected a permutation, but got dims {} (dim {} repeats)",
+             shape_str(dims_), d);
       seen[d] = true;
       g.shape[i] = x.shape()[d];
       g.strides[i] = x.strides()[d];
@@ -161,12 +161,14 @@ class SliceOp final : public ViewOp {
       : dim_(dim), start_(start), end_(end), step_(step) {}
   const char* name() const override { return "slice"; }
   nlohmann::json attrs() const override {
-    return {{"dim", dim_}, {"start", start_ ? nlohmann::json(*start_) : nlohmann::json()},
-            {"end", end_ ? nlohmann::json(*end_) : nlohmann::json()}, {"step", step_}};
+    return {{"dim", dim_},
+            {"start", start_ ? nlohmann::json(*start_) : nlohmann::json()},
+            {"end", end_ ? nlohmann::json(*end_) : nlohmann::json()},
+            {"step", step_}};
   }
   Geometry geometry(const Tensor& x, const Loc& loc) const override {
-    if (x.dim() == 0) fail("slice", loc, "expected a tensor with at least one dim, but got {}",
-                           x.describe());
+    if (x.dim() == 0)
+      fail("slice", loc, "expected a tensor with at least one dim, but got {}", x.describe());
     if (step_ <= 0) fail("slice", loc, "expected a positive step, but got {}", step_);
     int64_t d = wrap_dim(dim_, x.dim(), "slice", loc);
     auto [s, e] = clamp_slice(start_, end_, x.shape()[d]);
@@ -298,8 +300,8 @@ class ToDtypeOp final : public Op {
 
 Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
   Shape target = infer_size(shape, x.numel(), "reshape", x, loc);
-  if (!view_strides(x.shape(), x.strides(), target)) return call_op<ReshapeOp>(
-      {contiguous(x, loc)}, loc, "reshape", std::move(shape));
+  if (!view_strides(x.shape(), x.strides(), target))
+    return call_op<ReshapeOp>({contiguous(x, loc)}, loc, "reshape", std::move(shape));
   return call_op<ReshapeOp>({x}, loc, "reshape", std::move(shape));
 }
 
@@ -315,7 +317,8 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
   if (x.dim() == 0) return x;
   std::vector<int64_t> dims(x.dim());
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[wrap_dim(d0, x.dim(), "transpose", loc)], dims[wrap_dim(d1, x.dim(), "transpose", loc)]);
+  std::swap(dims[wrap_dim(d0, x.dim(), "transpose", loc)],
+            dims[wrap_dim(d1, x.dim(), "transpose", loc)]);
   return permute(x, dims, loc);
 }
 
@@ -324,8 +327,8 @@ Tensor slice_backward(const Tensor& grad, Shape input_shape, int64_t dim, int64_
   return call_op<SliceBackwardOp>({grad}, loc, std::move(input_shape), dim, start, end, step);
 }
 
-Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
-             std::optional<int64_t> end, int64_t step, const Loc& loc) {
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
+             int64_t step, const Loc& loc) {
   return call_op<SliceOp>({x}, loc, dim, start, end, step);
 }
 
@@ -334,8 +337,10 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, const
   int64_t size = x.shape()[d];
   if (start < 0) start += size;
   if (start < 0 || length < 0 || start + length > size)
-    fail("narrow", loc, "expected start + length <= {} along dim {}, but got start {} and length {} "
-         "for {}", size, d, start, length, x.describe());
+    fail("narrow", loc,
+         "expected start + length <= {} along dim {}, but got start {} and length {} "
+         "for {}",
+         size, d, start, length, x.describe());
   return slice(x, d, start, start + length, 1, loc);
 }
 
@@ -390,7 +395,9 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
   return reshape(x, std::move(shape), loc);
 }
 
-Tensor clone(const Tensor& x, const Loc& loc) { return call_op<CloneOp>({x}, loc); }
+Tensor clone(const Tensor& x, const Loc& loc) {
+  return call_op<CloneOp>({x}, loc);
+}
 
 Tensor contiguous(const Tensor& x, const Loc& loc) {
   return x.is_contiguous() ? x : clone(x, loc);
@@ -401,8 +408,8 @@ Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc) {
 }
 
 Tensor detach(const Tensor& x) {
-  auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(),
-                                           x.storage_offset(), x.dtype());
+  auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(), x.storage_offset(),
+                                           x.dtype());
   impl->is_view_ = x.is_view();
   return Tensor(std::move(impl));
 }
@@ -417,109 +424,151 @@ Fn one(F f) {
 
 KILN_REGISTER_OP_SAMPLES("reshape", [] {
   return std::vector<OpSample>{
-      {"contiguous", {sample_tensor({2, 6}, 11)}, one([](const Tensor& x) {
+      {"contiguous",
+       {sample_tensor({2, 6}, 11)},
+       one([](const Tensor& x) {
          return reshape(x, {3, -1});
-       }), "a0.reshape(3, -1)"},
-      {"copying", {sample_tensor({4, 3}, 12).t()}, one([](const Tensor& x) {
-         return reshape(x, {12});
-       }), "a0.reshape(12)"},
-      {"view", {sample_tensor({2, 3, 4}, 13)}, one([](const Tensor& x) {
+       }),
+       "a0.reshape(3, -1)"},
+      {"copying",
+       {sample_tensor({4, 3}, 12).t()},
+       one([](const Tensor& x) { return reshape(x, {12}); }),
+       "a0.reshape(12)"},
+      {"view",
+       {sample_tensor({2, 3, 4}, 13)},
+       one([](const Tensor& x) {
          return view(x, {6, 4});
-       }), "a0.view(6, 4)"},
-      {"squeeze_unsqueeze", {sample_tensor({2, 1, 3}, 14)}, one([](const Tensor& x) {
-         return unsqueeze(squeeze(x, 1), -1);
-       }), "a0.squeeze(1).unsqueeze(-1)"},
-      {"flatten", {sample_tensor({2, 3, 4}, 15)}, one([](const Tensor& x) {
-         return flatten(x, 1);
-       }), "torch.flatten(a0, 1)"},
+       }),
+       "a0.view(6, 4)"},
+      {"squeeze_unsqueeze",
+       {sample_tensor({2, 1, 3}, 14)},
+       one([](const Tensor& x) { return unsqueeze(squeeze(x, 1), -1); }),
+       "a0.squeeze(1).unsqueeze(-1)"},
+      {"flatten",
+       {sample_tensor({2, 3, 4}, 15)},
+       one([](const Tensor& x) { return flatten(x, 1); }),
+       "torch.flatten(a0, 1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("view", [] {
   return std::vector<OpSample>{
-      {"merge", {sample_tensor({2, 3, 4}, 16)}, one([](const Tensor& x) {
+      {"merge",
+       {sample_tensor({2, 3, 4}, 16)},
+       one([](const Tensor& x) {
          return view(x, {6, -1});
-       }), "a0.view(6, -1)"},
+       }),
+       "a0.view(6, -1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("squeeze", [] {
   return std::vector<OpSample>{
-      {"dim", {sample_tensor({2, 1, 3}, 17)}, one([](const Tensor& x) { return squeeze(x, 1); }),
+      {"dim",
+       {sample_tensor({2, 1, 3}, 17)},
+       one([](const Tensor& x) { return squeeze(x, 1); }),
        "a0.squeeze(1)"},
-      {"all", {sample_tensor({1, 3, 1}, 18)}, one([](const Tensor& x) { return squeeze(x); }),
+      {"all",
+       {sample_tensor({1, 3, 1}, 18)},
+       one([](const Tensor& x) { return squeeze(x); }),
        "a0.squeeze()"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("unsqueeze", [] {
   return std::vector<OpSample>{
-      {"negative", {sample_tensor({2, 3}, 19)},
-       one([](const Tensor& x) { return unsqueeze(x, -1); }), "a0.unsqueeze(-1)"},
+      {"negative",
+       {sample_tensor({2, 3}, 19)},
+       one([](const Tensor& x) { return unsqueeze(x, -1); }),
+       "a0.unsqueeze(-1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("slice_backward", [] {
   return std::vector<OpSample>{
-      {"step", {sample_tensor({2, 4}, 35)}, one([](const Tensor& g) {
+      {"step",
+       {sample_tensor({2, 4}, 35)},
+       one([](const Tensor& g) {
          return slice_backward(g, {5, 4}, 0, 1, 5, 2);
-       }), "torch.ops.aten.slice_backward(a0, [5, 4], 0, 1, 5, 2)"},
+       }),
+       "torch.ops.aten.slice_backward(a0, [5, 4], 0, 1, 5, 2)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("permute", [] {
   return std::vector<OpSample>{
-      {"3d", {sample_tensor({2, 3, 4}, 21)}, one([](const Tensor& x) {
+      {"3d",
+       {sample_tensor({2, 3, 4}, 21)},
+       one([](const Tensor& x) {
          return permute(x, {2, 0, 1});
-       }), "a0.permute(2, 0, 1)"},
-      {"transpose", {sample_tensor({2, 3, 4}, 22)}, one([](const Tensor& x) {
-         return transpose(x, 0, -1);
-       }), "a0.transpose(0, -1)"},
+       }),
+       "a0.permute(2, 0, 1)"},
+      {"transpose",
+       {sample_tensor({2, 3, 4}, 22)},
+       one([](const Tensor& x) { return transpose(x, 0, -1); }),
+       "a0.transpose(0, -1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("slice", [] {
   return std::vector<OpSample>{
-      {"step", {sample_tensor({5, 4}, 31)}, one([](const Tensor& x) {
-         return slice(x, 0, 1, 5, 2);
-       }), "a0[1:5:2]"},
-      {"negative", {sample_tensor({3, 6}, 32)}, one([](const Tensor& x) {
-         return slice(x, -1, -4, std::nullopt);
-       }), "a0[:, -4:]"},
-      {"narrow", {sample_tensor({3, 6}, 33)}, one([](const Tensor& x) {
-         return narrow(x, 1, 2, 3);
-       }), "torch.narrow(a0, 1, 2, 3)"},
-      {"select", {sample_tensor({3, 4, 2}, 34)}, one([](const Tensor& x) {
-         return select(x, 1, -1);
-       }), "a0.select(1, -1)"},
+      {"step",
+       {sample_tensor({5, 4}, 31)},
+       one([](const Tensor& x) { return slice(x, 0, 1, 5, 2); }),
+       "a0[1:5:2]"},
+      {"negative",
+       {sample_tensor({3, 6}, 32)},
+       one([](const Tensor& x) { return slice(x, -1, -4, std::nullopt); }),
+       "a0[:, -4:]"},
+      {"narrow",
+       {sample_tensor({3, 6}, 33)},
+       one([](const Tensor& x) { return narrow(x, 1, 2, 3); }),
+       "torch.narrow(a0, 1, 2, 3)"},
+      {"select",
+       {sample_tensor({3, 4, 2}, 34)},
+       one([](const Tensor& x) { return select(x, 1, -1); }),
+       "a0.select(1, -1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("expand", [] {
   return std::vector<OpSample>{
-      {"leading", {sample_tensor({3, 1}, 41)}, one([](const Tensor& x) {
+      {"leading",
+       {sample_tensor({3, 1}, 41)},
+       one([](const Tensor& x) {
          return expand(x, {2, 3, 4});
-       }), "a0.expand(2, 3, 4)"},
-      {"keep", {sample_tensor({1, 3}, 42)}, one([](const Tensor& x) {
+       }),
+       "a0.expand(2, 3, 4)"},
+      {"keep",
+       {sample_tensor({1, 3}, 42)},
+       one([](const Tensor& x) {
          return broadcast_to(x, {5, -1});
-       }), "a0.expand(5, -1)"},
+       }),
+       "a0.expand(5, -1)"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("clone", [] {
   return std::vector<OpSample>{
-      {"strided", {sample_tensor({3, 4}, 51).t()}, one([](const Tensor& x) { return clone(x); }),
+      {"strided",
+       {sample_tensor({3, 4}, 51).t()},
+       one([](const Tensor& x) { return clone(x); }),
        "a0.clone()"},
-      {"contiguous", {sample_tensor({3, 4}, 52).t()},
-       one([](const Tensor& x) { return contiguous(x); }), "a0.contiguous()"},
+      {"contiguous",
+       {sample_tensor({3, 4}, 52).t()},
+       one([](const Tensor& x) { return contiguous(x); }),
+       "a0.contiguous()"},
   };
 });
 
 KILN_REGISTER_OP_SAMPLES("to_dtype", [] {
   return std::vector<OpSample>{
-      {"to_float32_and_back", {sample_tensor({3, 4}, 61)}, one([](const Tensor& x) {
-         return to_dtype(to_dtype(x, DType::Float32), DType::Float64);
-       }), "", {}, false},
+      {"to_float32_and_back",
+       {sample_tensor({3, 4}, 61)},
+       one([](const Tensor& x) { return to_dtype(to_dtype(x, DType::Float32), DType::Float64); }),
+       "",
+       {},
+       false},
   };
 });
 

@@ -16,8 +16,8 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc = Loc::
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length,
               const Loc& loc = Loc::current());
 // x[start:end:step] along dim; start/end are clamped like Python slices, step > 0.
-Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
-             std::optional<int64_t> end, int64_t step = 1, const Loc& loc = Loc::current());
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
+             int64_t step = 1, const Loc& loc = Loc::current());
 // The gradient of slice(): zeros of input_shape with grad written at [start:end:step] along dim.
 Tensor slice_backward(const Tensor& grad, Shape input_shape, int64_t dim, int64_t start,
                       int64_t end, int64_t step = 1, const Loc& loc = Loc::current());

@@ -9,8 +9,12 @@
 
 namespace kiln {
 
-Tensor Tensor::reshape(Shape s, const Loc& loc) const { return kiln::reshape(*this, s, loc); }
-Tensor Tensor::view(Shape s, const Loc& loc) const { return kiln::view(*this, s, loc); }
+Tensor Tensor::reshape(Shape s, const Loc& loc) const {
+  return kiln::reshape(*this, s, loc);
+}
+Tensor Tensor::view(Shape s, const Loc& loc) const {
+  return kiln::view(*this, s, loc);
+}
 Tensor Tensor::permute(std::vector<int64_t> d, const Loc& loc) const {
   return kiln::permute(*this, d, loc);
 }
@@ -27,26 +31,44 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length, const Loc& loc) 
 Tensor Tensor::select(int64_t d, int64_t index, const Loc& loc) const {
   return kiln::select(*this, d, index, loc);
 }
-Tensor Tensor::expand(Shape s, const Loc& loc) const { return kiln::expand(*this, s, loc); }
+Tensor Tensor::expand(Shape s, const Loc& loc) const {
+  return kiln::expand(*this, s, loc);
+}
 Tensor Tensor::squeeze(std::optional<int64_t> d, const Loc& loc) const {
   return kiln::squeeze(*this, d, loc);
 }
-Tensor Tensor::unsqueeze(int64_t d, const Loc& loc) const { return kiln::unsqueeze(*this, d, loc); }
+Tensor Tensor::unsqueeze(int64_t d, const Loc& loc) const {
+  return kiln::unsqueeze(*this, d, loc);
+}
 Tensor Tensor::flatten(int64_t s, int64_t e, const Loc& loc) const {
   return kiln::flatten(*this, s, e, loc);
 }
-Tensor Tensor::contiguous(const Loc& loc) const { return kiln::contiguous(*this, loc); }
-Tensor Tensor::clone(const Loc& loc) const { return kiln::clone(*this, loc); }
-Tensor Tensor::detach() const { return kiln::detach(*this); }
-Tensor Tensor::to(DType dt, const Loc& loc) const { return kiln::to_dtype(*this, dt, loc); }
+Tensor Tensor::contiguous(const Loc& loc) const {
+  return kiln::contiguous(*this, loc);
+}
+Tensor Tensor::clone(const Loc& loc) const {
+  return kiln::clone(*this, loc);
+}
+Tensor Tensor::detach() const {
+  return kiln::detach(*this);
+}
+Tensor Tensor::to(DType dt, const Loc& loc) const {
+  return kiln::to_dtype(*this, dt, loc);
+}
 Tensor Tensor::to(Device dev, const Loc& loc) const {
   if (dev == device()) return *this;
   if (dev.is_meta()) return empty(shape(), {dtype(), kMeta});
-  fail("to", loc, "expected a tensor with memory to move to {}, but got {} (meta tensors have no "
-       "values to copy)", dev.name(), describe());
+  fail("to", loc,
+       "expected a tensor with memory to move to {}, but got {} (meta tensors have no "
+       "values to copy)",
+       dev.name(), describe());
 }
-Tensor Tensor::sum(const Loc& loc) const { return kiln::sum(*this, {}, false, loc); }
-Tensor Tensor::mean(const Loc& loc) const { return kiln::mean(*this, {}, false, loc); }
+Tensor Tensor::sum(const Loc& loc) const {
+  return kiln::sum(*this, {}, false, loc);
+}
+Tensor Tensor::mean(const Loc& loc) const {
+  return kiln::mean(*this, {}, false, loc);
+}
 
 namespace {
 
@@ -73,12 +95,15 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
   Tensor input = recording && saves_self ? kiln::clone(self, loc) : self;
   Tensor result = compute(input);
   if (result.shape() != self.shape())
-    fail(name, loc, "expected a result of the modified tensor's shape {}, but got {} (in-place ops "
-         "cannot broadcast the tensor they modify)", shape_str(self.shape()),
-         shape_str(result.shape()));
+    fail(name, loc,
+         "expected a result of the modified tensor's shape {}, but got {} (in-place ops "
+         "cannot broadcast the tensor they modify)",
+         shape_str(self.shape()), shape_str(result.shape()));
   if (is_floating(result.dtype()) && !is_floating(self.dtype()))
-    fail(name, loc, "expected a result castable to {}, but got {} (cannot write floats into an "
-         "integer tensor in place)", self.describe(), result.describe());
+    fail(name, loc,
+         "expected a result castable to {}, but got {} (cannot write floats into an "
+         "integer tensor in place)",
+         self.describe(), result.describe());
   if (!self.is_meta() && !result.is_same(self)) copy_into(self, result);
   self.storage()->bump_version(name, loc);
   if (recording && result.requires_grad()) {
@@ -92,21 +117,33 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, const Loc& loc) {
-  return apply_inplace(*this, "add_", loc, false, o, [&](const Tensor& s) { return add(s, o, loc); });
+  return apply_inplace(*this, "add_", loc, false, o,
+                       [&](const Tensor& s) { return add(s, o, loc); });
 }
 Tensor& Tensor::sub_(const Tensor& o, const Loc& loc) {
-  return apply_inplace(*this, "sub_", loc, false, o, [&](const Tensor& s) { return sub(s, o, loc); });
+  return apply_inplace(*this, "sub_", loc, false, o,
+                       [&](const Tensor& s) { return sub(s, o, loc); });
 }
 Tensor& Tensor::mul_(const Tensor& o, const Loc& loc) {
-  return apply_inplace(*this, "mul_", loc, true, o, [&](const Tensor& s) { return mul(s, o, loc); });
+  return apply_inplace(*this, "mul_", loc, true, o,
+                       [&](const Tensor& s) { return mul(s, o, loc); });
 }
 Tensor& Tensor::div_(const Tensor& o, const Loc& loc) {
-  return apply_inplace(*this, "div_", loc, true, o, [&](const Tensor& s) { return div(s, o, loc); });
+  return apply_inplace(*this, "div_", loc, true, o,
+                       [&](const Tensor& s) { return div(s, o, loc); });
 }
-Tensor& Tensor::add_(double o, const Loc& loc) { return add_(scalar_like(o, *this), loc); }
-Tensor& Tensor::sub_(double o, const Loc& loc) { return sub_(scalar_like(o, *this), loc); }
-Tensor& Tensor::mul_(double o, const Loc& loc) { return mul_(scalar_like(o, *this), loc); }
-Tensor& Tensor::div_(double o, const Loc& loc) { return div_(scalar_like(o, *this), loc); }
+Tensor& Tensor::add_(double o, const Loc& loc) {
+  return add_(scalar_like(o, *this), loc);
+}
+Tensor& Tensor::sub_(double o, const Loc& loc) {
+  return sub_(scalar_like(o, *this), loc);
+}
+Tensor& Tensor::mul_(double o, const Loc& loc) {
+  return mul_(scalar_like(o, *this), loc);
+}
+Tensor& Tensor::div_(double o, const Loc& loc) {
+  return div_(scalar_like(o, *this), loc);
+}
 
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi, const Loc& loc) {
   return apply_inplace(*this, "clamp_", loc, true, Tensor(),
@@ -125,8 +162,10 @@ Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
 // fill_ and zero_ cut the history of the overwritten values: their gradient would be zero.
 Tensor& Tensor::fill_(double value, const Loc& loc) {
   if (GradMode::is_enabled() && requires_grad() && is_leaf())
-    fail("fill_", loc, "expected a tensor that does not require grad, but got a leaf {} that "
-         "requires grad; modify it under NoGradGuard", describe());
+    fail("fill_", loc,
+         "expected a tensor that does not require grad, but got a leaf {} that "
+         "requires grad; modify it under NoGradGuard",
+         describe());
   if (!is_meta()) {
     Tensor v = scalar_tensor(value, {dtype()});
     copy_into(*this, v);
@@ -136,6 +175,8 @@ Tensor& Tensor::fill_(double value, const Loc& loc) {
   return *this;
 }
 
-Tensor& Tensor::zero_(const Loc& loc) { return fill_(0.0, loc); }
+Tensor& Tensor::zero_(const Loc& loc) {
+  return fill_(0.0, loc);
+}
 
 }  // namespace kiln

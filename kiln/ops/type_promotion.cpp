@@ -10,7 +10,9 @@ int category(DType dt) {
   return is_floating(dt) ? 2 : 1;
 }
 
-void fold(std::optional<DType>& acc, DType dt) { acc = acc ? promote_types(*acc, dt) : dt; }
+void fold(std::optional<DType>& acc, DType dt) {
+  acc = acc ? promote_types(*acc, dt) : dt;
+}
 }  // namespace
 
 DType result_type(const std::vector<Tensor>& operands) {

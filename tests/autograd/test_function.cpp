@@ -240,10 +240,8 @@ TEST(Function, ReturningAnInputKeepsTheCallersTensorALeaf) {
 TEST(Function, LongChainOfCustomFunctions) {
   Tensor x = leaf({1.0});
   Tensor y = x;
-  for (int i = 0; i < 100000; ++i) y = Passthrough::apply({y})[0];
-  y = mul(y, 1.0);
-  // 3^100000 overflows; a short prefix checks the values, the long chain checks freeing.
-  y = Tensor();
+  for (int i = 0; i < 50000; ++i) y = Passthrough::apply({y})[0];
+  y = Tensor();  // freeing the chain must not recurse once per node
   Tensor z = x;
   for (int i = 0; i < 5; ++i) z = Passthrough::apply({z})[0];
   sum(z).backward();

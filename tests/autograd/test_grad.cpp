@@ -135,6 +135,35 @@ TEST(Grad, GradOfGradThroughCommonOps) {
   }
 }
 
+TEST(Grad, GradgradcheckOfLinearFunctions) {
+  // Their gradient is a constant without history: second derivatives are zero, and pass.
+  Tensor a = sample_tensor({2, 3}, 21), b = sample_tensor({3}, 22);
+  TensorFn add_fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(in[0], in[1])};
+  };
+  TensorFn mean_fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mean(in[0], {0}), sum(in[0])};
+  };
+  EXPECT_TRUE(gradgradcheck(add_fn, {a, b}));
+  EXPECT_TRUE(gradgradcheck(mean_fn, {a}));
+}
+
+TEST(Grad, GradcheckCatchesAnOutputWithoutHistory) {
+  // An op that forgot to record claims a zero derivative; finite differences disagree.
+  TensorFn broken = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{exp(in[0]), kiln::detach(exp(in[0]))};
+  };
+  int line = __LINE__ + 1;
+  std::string what = error_of([&] { gradcheck(broken, {sample_tensor({2}, 3)}); });
+  expect_contains(what, {"[gradcheck]", "mismatch", "input 0", "test_grad.cpp:" +
+                                                                    std::to_string(line)});
+  TensorFn integer = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{argmax(in[0])};
+  };
+  what = error_of([&] { gradcheck(integer, {sample_tensor({2}, 3)}); });
+  expect_contains(what, {"[gradcheck]", "floating-point output"});
+}
+
 TEST(Grad, HessianVectorProductOfSoftmaxCrossEntropyLike) {
   // L = -sum(log_softmax(x)[target]); its Hessian is diag(p) - p p^T, so H v = p*v - p (p.v).
   Tensor x = leaf({0.1, -0.3, 0.7});

@@ -68,8 +68,7 @@ TEST_F(IdxTest, ReadsGzip) {
 
 TEST_F(IdxTest, ReadsBigEndianInt32AndFloat) {
   std::vector<unsigned char> ints = {0, 0, 0x0C, 1, 0, 0, 0, 2, 0, 0, 1, 0, 0xFF, 0xFF, 0xFF, 0xFE};
-  EXPECT_EQ(read_idx(write("i.idx", ints)).to_vector<int64_t>(),
-            (std::vector<int64_t>{256, -2}));
+  EXPECT_EQ(read_idx(write("i.idx", ints)).to_vector<int64_t>(), (std::vector<int64_t>{256, -2}));
   std::vector<unsigned char> floats = {0, 0, 0x0D, 1, 0, 0, 0, 1, 0x3F, 0xC0, 0, 0};  // 1.5f
   EXPECT_EQ(read_idx(write("f.idx", floats)).to_vector<double>(), (std::vector<double>{1.5}));
 }
@@ -106,7 +105,7 @@ TEST_F(IdxTest, TrailingBytesAreAnError) {
 }
 
 TEST_F(IdxTest, AbsurdHeaderIsRejectedBeforeAllocating) {
-  std::vector<unsigned char> bytes = {0, 0, 0x08, 3, 0xFF, 0xFF, 0xFF, 0xFF,
+  std::vector<unsigned char> bytes = {0,    0,    0x08, 3,    0xFF, 0xFF, 0xFF, 0xFF,
                                       0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
   EXPECT_NE(message_of(write("h.idx", bytes)).find("implausibly large"), std::string::npos);
 }

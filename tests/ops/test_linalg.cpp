@@ -6,6 +6,7 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/core/parallel.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/reduce.h"
@@ -213,6 +214,21 @@ TEST(Linalg, Gradients) {
   expect_near_all(
       values(gm),
       values(sum(matmul(ones({5, 3, 2}, {DType::Float64}), transpose(batch, 1, 2)), {0})), 1e-12);
+}
+
+TEST(Linalg, SecondOrderGradient) {
+  // f = sum(a b): ga[i][k] = sum_j b[k][j], so d(sum(ga * w))/db[k][j] = sum_i w[i][k].
+  Tensor a = sample_tensor({2, 3}, 26).set_requires_grad(true);
+  Tensor b = sample_tensor({3, 4}, 27).set_requires_grad(true);
+  Tensor ga = grad({sum(matmul(a, b))}, {a}, {}, false, true)[0];
+  ASSERT_TRUE(ga.requires_grad());
+  Tensor w = sample_tensor({2, 3}, 28);
+  Tensor gb = grad({sum(ga * w)}, {b})[0];
+  std::vector<double> col = values(sum(w, {0}));
+  std::vector<double> want;
+  for (double c : col)
+    for (int j = 0; j < 4; ++j) want.push_back(c);
+  expect_near_all(values(gb), want, 1e-12);
 }
 
 TEST(Linalg, Errors) {

@@ -25,7 +25,9 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.op << "/" << c.sample.label; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.op << "/" << c.sample.label;
+}
 
 class Registry : public ::testing::TestWithParam<Case> {};
 
