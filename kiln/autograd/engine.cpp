@@ -190,16 +190,30 @@ class GraphTask {
 
   // Tensor hooks (which may replace a gradient), then captures for grad().
   void run_hooks(Node* node, std::vector<Tensor>& grads) {
+    // Hooks see only gradients that flowed (none may reach a leaf whose consumer returned an
+    // undefined gradient), and may not change what a gradient looks like.
+    auto run = [&](const GradHook& h, Tensor& g, const std::string& whose) {
+      if (!g.defined()) return;
+      Tensor r = h(g);
+      if (!r.defined()) return;
+      if (r.shape() != g.shape() || r.dtype() != g.dtype() || r.device() != g.device())
+        fail("backward", loc_,
+             "expected a hook on the gradient of {} to return a gradient like "
+             "its input ({}), but it returned {}",
+             whose, g.describe(), r.describe());
+      g = r;
+    };
     if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) {
       Tensor leaf = acc->leaf();
       if (leaf.defined() && leaf.impl()->autograd_)
         for (const GradHook& h : leaf.impl()->autograd_->leaf_hooks)
-          if (Tensor r = h(grads[0]); r.defined()) grads[0] = r;
+          run(h, grads[0], "a leaf " + leaf.describe());
     } else {
       for (size_t s = 0; s < node->output_hooks.size() && s < grads.size(); ++s)
         for (const GradHook& h : node->output_hooks[s])
-          if (grads[s].defined())
-            if (Tensor r = h(grads[s]); r.defined()) grads[s] = r;
+          run(h, grads[s],
+              fmt::format("output {} of '{}' (called at {})", s, node->name(),
+                          format_location(node->loc)));
     }
     for (size_t s = 0; s < grads.size(); ++s) {
       auto it = capture_index_.find({node, static_cast<uint32_t>(s)});

@@ -13,9 +13,10 @@ class FunctionNode;
 // What a custom function's forward leaves for its backward.
 class FunctionCtx {
  public:
-  // Keeps tensors for backward. They are version-checked like the tensors built-in ops save: an
-  // in-place change before backward is an error naming both the function and the in-place op.
-  // Saving an output of forward is fine (no reference cycle; it gets its history back on unpack).
+  // Keeps tensors for backward (replacing any saved before). They are version-checked like the
+  // tensors built-in ops save: an in-place change before backward is an error naming both the
+  // function and the in-place op. Saving an output of forward is fine (no reference cycle; it gets
+  // its history back on unpack).
   void save_for_backward(std::vector<Tensor> tensors);
   // The saved tensors, in the order saved. Throws if one was modified in place since.
   std::vector<Tensor> saved_tensors() const;

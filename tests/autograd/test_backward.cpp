@@ -94,7 +94,7 @@ TEST(Backward, NonLeafGradOnlyWithRetainGrad) {
   Tensor loss = sum(add(mul(y, y), mul(z, z)));
   loss.backward({}, true);
   EXPECT_FALSE(y.grad().defined());
-  expect_values(z.grad(), {4.0, -8.0});  // 2z
+  expect_values(z.grad(), {4.0, -8.0});    // 2z
   expect_values(x.grad(), {26.0, -52.0});  // 18x + 8x
   loss.backward();
   expect_values(z.grad(), {8.0, -16.0});  // retained grads accumulate like leaves'

@@ -1,5 +1,5 @@
-// The error texts users see most: each names the op in brackets, the offending shapes/dtypes/devices
-// and the caller's line.
+// The error texts users see most: each names the op in brackets, the offending
+// shapes/dtypes/devices and the caller's line.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,7 +34,9 @@ void expect_contains(const std::string& what, const std::vector<std::string>& pa
   for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
 }
 
-std::string here(int line) { return "test_errors.cpp:" + std::to_string(line); }
+std::string here(int line) {
+  return "test_errors.cpp:" + std::to_string(line);
+}
 
 Tensor leaf(std::initializer_list<double> v) {
   Tensor t = tensor(v, {DType::Float64});
@@ -58,8 +60,8 @@ TEST(Errors, MatmulInnerDimensionMismatch) {
   Tensor b = zeros({4, 5});
   int line = __LINE__ + 1;
   std::string what = error_of([&] { matmul(a, b); });
-  expect_contains(what, {"[matmul]", "inner", "float32[2, 3]", "float32[4, 5]", "3 != 4",
-                         here(line)});
+  expect_contains(what,
+                  {"[matmul]", "inner", "float32[2, 3]", "float32[4, 5]", "3 != 4", here(line)});
 }
 
 TEST(Errors, DeviceMismatchNamesBothDevices) {
@@ -67,8 +69,8 @@ TEST(Errors, DeviceMismatchNamesBothDevices) {
   Tensor m = zeros({2}, TensorOptions{}.with_device(kMeta));
   int line = __LINE__ + 1;
   std::string what = error_of([&] { add(c, m); });
-  expect_contains(what, {"[add]", "same device", "float32[2] on cpu", "float32[2] on meta",
-                         here(line)});
+  expect_contains(what,
+                  {"[add]", "same device", "float32[2] on cpu", "float32[2] on meta", here(line)});
   // matmul reaches its bmm primitive before the device check, so the text names [bmm] (see the
   // report on linalg); the devices and the caller's line are right.
   line = __LINE__ + 1;
@@ -132,8 +134,8 @@ TEST(Errors, ItemOnAMultiElementTensor) {
   Tensor t = zeros({2, 2});
   int line = __LINE__ + 1;
   std::string what = error_of([&] { t.item(); });
-  expect_contains(what, {"[item]", "exactly one element", "float32[2, 2] on cpu", "4 elements",
-                         here(line)});
+  expect_contains(
+      what, {"[item]", "exactly one element", "float32[2, 2] on cpu", "4 elements", here(line)});
   EXPECT_DOUBLE_EQ(ones({1, 1}).item(), 1.0);
 }
 

@@ -37,7 +37,9 @@ void expect_contains(const std::string& what, const std::vector<std::string>& pa
   for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
 }
 
-std::string here(int line) { return "test_function.cpp:" + std::to_string(line); }
+std::string here(int line) {
+  return "test_function.cpp:" + std::to_string(line);
+}
 
 Tensor leaf(std::initializer_list<double> v) {
   Tensor t = tensor(v, {DType::Float64});

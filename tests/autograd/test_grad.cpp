@@ -155,8 +155,8 @@ TEST(Grad, GradcheckCatchesAnOutputWithoutHistory) {
   };
   int line = __LINE__ + 1;
   std::string what = error_of([&] { gradcheck(broken, {sample_tensor({2}, 3)}); });
-  expect_contains(what, {"[gradcheck]", "mismatch", "input 0", "test_grad.cpp:" +
-                                                                    std::to_string(line)});
+  expect_contains(what,
+                  {"[gradcheck]", "mismatch", "input 0", "test_grad.cpp:" + std::to_string(line)});
   TensorFn integer = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{argmax(in[0])};
   };
@@ -201,8 +201,8 @@ TEST(Grad, NonLeafInputsAndGradOutputs) {
   Tensor y = mul(x, 3.0);
   Tensor z = mul(y, y);
   std::vector<Tensor> g = grad({z}, {y, x}, {tensor({1.0, 10.0}, {DType::Float64})});
-  expect_values(g[0], {6.0, -120.0});    // 2y * seed
-  expect_values(g[1], {18.0, -360.0});   // 18x * seed
+  expect_values(g[0], {6.0, -120.0});   // 2y * seed
+  expect_values(g[1], {18.0, -360.0});  // 18x * seed
   EXPECT_FALSE(x.grad().defined());
 }
 
@@ -232,7 +232,8 @@ TEST(Grad, InputsMustRequireGrad) {
   expect_contains(what, {"[grad]", "at least one input", "test_grad.cpp:" + std::to_string(line)});
   line = __LINE__ + 1;
   what = error_of([&] { grad({c}, {x}); });
-  expect_contains(what, {"[grad]", "does not require grad", "test_grad.cpp:" + std::to_string(line)});
+  expect_contains(what,
+                  {"[grad]", "does not require grad", "test_grad.cpp:" + std::to_string(line)});
 }
 
 TEST(Grad, ReusedGraphWithRetainGraph) {

@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "kiln/autograd/engine.h"
+#include "kiln/autograd/function.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 
 namespace kiln {
@@ -144,6 +146,46 @@ TEST(Hooks, HookOnATensorWithoutGradIsAnError) {
   line = __LINE__ + 1;
   what = error_of([&] { c.retain_grad(); });
   expect_contains(what, {"[retain_grad]", "test_hooks.cpp:" + std::to_string(line)});
+}
+
+TEST(Hooks, HookMustKeepTheGradientsShape) {
+  Tensor x = leaf({1.0, 2.0});
+  x.register_hook([](const Tensor& g) { return sum(g); });
+  int line = __LINE__ + 1;
+  std::string what = error_of([&] { sum(mul(x, 2.0)).backward(); });
+  expect_contains(what, {"[backward]", "hook", "leaf float64[2] on cpu",
+                         "returned float64[] on cpu", "test_hooks.cpp:" + std::to_string(line)});
+  EXPECT_FALSE(x.grad().defined());
+  Tensor y = mul(x, 3.0);
+  int mul_line = __LINE__ - 1;
+  y.register_hook([](const Tensor& g) { return to_dtype(g, DType::Float32); });
+  what = error_of([&] { sum(y).backward(); });
+  expect_contains(what, {"output 0 of 'mul'", "test_hooks.cpp:" + std::to_string(mul_line),
+                         "returned float32[2] on cpu"});
+}
+
+// Passes no gradient to its input.
+struct Blocker : autograd::Function<Blocker> {
+  static constexpr const char* kName = "blocker";
+  static std::vector<Tensor> forward(autograd::FunctionCtx&, const std::vector<Tensor>& in) {
+    return {mul(in[0], 2.0)};
+  }
+  static std::vector<Tensor> backward(autograd::FunctionCtx&, const std::vector<Tensor>&) {
+    return {Tensor()};
+  }
+};
+
+TEST(Hooks, NotCalledWhenNoGradientFlows) {
+  Tensor x = leaf({1.0});
+  int calls = 0;
+  x.register_hook([&](const Tensor& g) {
+    ++calls;
+    EXPECT_TRUE(g.defined());
+    return Tensor();
+  });
+  sum(Blocker::apply({x})[0]).backward();
+  EXPECT_EQ(calls, 0);
+  EXPECT_FALSE(x.grad().defined());
 }
 
 TEST(Hooks, HooksRunForGrad) {

@@ -32,7 +32,9 @@ void expect_contains(const std::string& what, const std::vector<std::string>& pa
   for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
 }
 
-std::string here(int line) { return "test_inplace.cpp:" + std::to_string(line); }
+std::string here(int line) {
+  return "test_inplace.cpp:" + std::to_string(line);
+}
 
 Tensor leaf(std::initializer_list<double> v) {
   Tensor t = tensor(v, {DType::Float64});
@@ -101,8 +103,8 @@ TEST(Inplace, OnALeafThatRequiresGradIsAnError) {
   Tensor x = leaf({1.0, 2.0});
   int line = __LINE__ + 1;
   std::string what = error_of([&] { x.mul_(2.0); });
-  expect_contains(what, {"[mul_]", "leaf", "float64[2] on cpu", "requires grad", "NoGradGuard",
-                         here(line)});
+  expect_contains(
+      what, {"[mul_]", "leaf", "float64[2] on cpu", "requires grad", "NoGradGuard", here(line)});
   line = __LINE__ + 1;
   what = error_of([&] { x.zero_(); });
   expect_contains(what, {"[fill_]", "leaf", here(line)});

@@ -1,0 +1,236 @@
+// conv2d (the primitive, with a fused bias) and conv_transpose2d (conv2d_backward_input plus a
+// bias). The backward ops are in conv_backward.cpp, the kernels in conv_kernels.cpp.
+#include "kiln/ops/conv.h"
+
+#include <fmt/format.h>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+Padding::Padding(std::string m) : mode(std::move(m)) {
+  if (mode == "same")
+    kind = Kind::kSame;
+  else if (mode == "valid")
+    kind = Kind::kValid;
+  else
+    kind = Kind::kInvalid;
+}
+
+Padding Padding::asymmetric(int64_t top, int64_t bottom, int64_t left, int64_t right) {
+  Padding p(0);
+  p.top = top;
+  p.bottom = bottom;
+  p.left = left;
+  p.right = right;
+  return p;
+}
+
+std::string Padding::str() const {
+  if (kind != Kind::kExplicit) return mode;
+  return fmt::format("[{}, {}, {}, {}]", top, bottom, left, right);
+}
+
+namespace {
+
+using detail::ConvGeometry;
+using detail::short_desc;
+
+// All of conv2d's checks; returns the geometry of a valid call.
+ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tensor& w,
+                                     const Tensor& b, const Conv2dOptions& o, const Loc& loc) {
+  detail::check_conv_options(op, o, loc);
+  detail::check_activation(op, "input", x, Tensor(), loc);
+  detail::check_weight(op, w, "(O,C/groups,kH,kW)", x, loc);
+  if (w.size(0) % o.groups != 0)
+    fail(op, loc, "expected the weight's {} output channels to be divisible by groups {}, but got {}",
+         w.size(0), o.groups, w.describe());
+  const int64_t channels = w.size(1) * o.groups;
+  if (x.size(-3) != channels)
+    fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}", channels,
+         short_desc(w), o.groups, short_desc(x));
+  if (b.defined()) {
+    if (b.dim() != 1 || b.size(0) != w.size(0))
+      fail(op, loc, "expected bias of shape [{}] (weight {}), but got {}", w.size(0), short_desc(w),
+           b.describe());
+    if (b.dtype() != x.dtype())
+      fail(op, loc, "expected bias of the same dtype as the input {}, but got {}", short_desc(x),
+           b.describe());
+  }
+  std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), w.shape(), o);
+  if (!g)
+    detail::fail_kernel_fit(op, x.size(-2), x.size(-1), w.size(2), w.size(3), o,
+                            "input " + short_desc(x) + " and weight " + short_desc(w), loc);
+  return *g;
+}
+
+Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return batched ? Shape{n, c, h, w} : Shape{c, h, w};
+}
+
+class Conv2dOp final : public Op {
+ public:
+  explicit Conv2dOp(Conv2dOptions options) : options_(std::move(options)) {}
+  const char* name() const override { return "conv2d"; }
+  nlohmann::json attrs() const override { return detail::conv_attrs(options_); }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    const ConvGeometry g =
+        checked_conv2d_geometry(name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
+    return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
+    detail::conv_forward_kernel(g, in[0], in[1], in.size() > 2 ? in[2] : Tensor(), out[0]);
+  }
+
+  // conv2d is bilinear in (input, weight): each gradient is the other backward op of the same
+  // geometry, so higher-order gradients need nothing more.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1], &g = ctx.grads[0];
+    const Shape &xs = ctx.input_metas[0].shape, &ws = ctx.input_metas[1].shape;
+    std::vector<Tensor> grads(ctx.input_metas.size());
+    if (ctx.needs_grad[0])
+      grads[0] = conv2d_backward_input(g, w, {xs[xs.size() - 2], xs.back()}, options_);
+    if (ctx.needs_grad[1]) grads[1] = conv2d_backward_weight(x, g, {ws[2], ws[3]}, options_);
+    if (grads.size() > 2 && ctx.needs_grad[2])
+      grads[2] = g.dim() == 4 ? sum(g, {0, 2, 3}) : sum(g, {1, 2});
+    return grads;
+  }
+
+ private:
+  Conv2dOptions options_;
+};
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options, const Loc& loc) {
+  std::vector<Tensor> in{input, weight};
+  if (bias.defined()) in.push_back(bias);
+  return dispatch1(std::make_shared<const Conv2dOp>(options), in, loc);
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& t, const Loc& loc) {
+  const char* op = "conv_transpose2d";
+  const Conv2dOptions o{t.stride, Padding(t.padding.h, t.padding.w), t.dilation, t.groups};
+  detail::check_conv_options(op, o, loc);
+  detail::check_activation(op, "input", input, Tensor(), loc);
+  detail::check_weight(op, weight, "(C,O/groups,kH,kW)", input, loc);
+  if (weight.size(0) % t.groups != 0)
+    fail(op, loc, "expected the weight's {} input channels to be divisible by groups {}, but got {}",
+         weight.size(0), t.groups, weight.describe());
+  if (input.size(-3) != weight.size(0))
+    fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}",
+         weight.size(0), short_desc(weight), t.groups, short_desc(input));
+  const int64_t channels = weight.size(1) * t.groups;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != channels || bias.dtype() != input.dtype()))
+    fail(op, loc, "expected bias of shape [{}] and dtype {} (weight {}, groups {}), but got {}",
+         channels, dtype_name(input.dtype()), short_desc(weight), t.groups, bias.describe());
+  const Size2 &s = t.stride, &op_pad = t.output_padding;
+  if (op_pad.h < 0 || op_pad.w < 0 || op_pad.h >= s.h || op_pad.w >= s.w)
+    fail(op, loc,
+         "expected a non-negative output_padding smaller than the stride, but got output_padding "
+         "[{}, {}] with stride [{}, {}]",
+         op_pad.h, op_pad.w, s.h, s.w);
+  const int64_t oh = (input.size(-2) - 1) * s.h - 2 * t.padding.h +
+                     t.dilation.h * (weight.size(2) - 1) + op_pad.h + 1;
+  const int64_t ow = (input.size(-1) - 1) * s.w - 2 * t.padding.w +
+                     t.dilation.w * (weight.size(3) - 1) + op_pad.w + 1;
+  if (oh <= 0 || ow <= 0)
+    fail(op, loc,
+         "expected a positive output size, but got {}x{} for input {}, weight {}, padding [{}, {}]",
+         oh, ow, short_desc(input), short_desc(weight), t.padding.h, t.padding.w);
+  Tensor out = conv2d_backward_input(input, weight, {oh, ow}, o, loc);
+  if (bias.defined()) out = add(out, reshape(bias, {channels, 1, 1}, loc), loc);
+  return out;
+}
+
+namespace {
+
+OpSample::Fn conv_fn(Conv2dOptions o) {
+  return [o](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o)};
+  };
+}
+
+// Sample values stay in [-1, 1]: convolution is bilinear, so every point is smooth.
+std::vector<OpSample> conv2d_samples() {
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  return {
+      {"conv2d/basic_bias",
+       {t({2, 3, 5, 5}, 301), t({4, 3, 3, 3}, 302), t({4}, 303)},
+       conv_fn({}),
+       "F.conv2d(a0, a1, a2)"},
+      {"conv2d/stride2_pad1_uneven",
+       {t({2, 3, 6, 5}, 304), t({4, 3, 3, 2}, 305), t({4}, 306)},
+       conv_fn({.stride = 2, .padding = 1}),
+       "F.conv2d(a0, a1, a2, stride=2, padding=1, dilation=1, groups=1)"},
+      {"conv2d/groups_dilation_nobias",
+       {t({2, 4, 7, 6}, 307), t({6, 2, 3, 2}, 308)},
+       conv_fn({.stride = {1, 2}, .padding = {1, 0}, .dilation = {2, 1}, .groups = 2}),
+       "F.conv2d(a0, a1, None, stride=(1, 2), padding=(1, 0), dilation=(2, 1), groups=2)"},
+      {"conv2d/same_even_kernel",
+       {t({1, 2, 5, 6}, 309), t({3, 2, 2, 4}, 310), t({3}, 311)},
+       conv_fn({.padding = "same"}),
+       "F.conv2d(a0, a1, a2, padding='same')"},
+      // TensorFlow's SAME with stride 2 (PyTorch has none): H 5 -> pad (1, 1), W 6 -> (0, 1).
+      {"conv2d/same_stride2",
+       {t({1, 2, 5, 6}, 312), t({3, 2, 3, 3}, 313), t({3}, 314)},
+       conv_fn({.stride = 2, .padding = "same"}),
+       "F.conv2d(F.pad(a0, (0, 1, 1, 1)), a1, a2, stride=2)"},
+      {"conv2d/valid_unbatched",
+       {t({3, 5, 4}, 315), t({2, 3, 2, 2}, 316)},
+       conv_fn({.padding = "valid"}),
+       "F.conv2d(a0, a1, padding='valid')"},
+      {"conv2d/channels_last_view",
+       {t({2, 4, 5, 3}, 317).permute({0, 3, 1, 2}), t({2, 3, 3, 3}, 318)},
+       conv_fn({.padding = 1}),
+       "F.conv2d(a0, a1, padding=1)"},
+  };
+}
+
+OpSample::Fn transpose_fn(ConvTranspose2dOptions o) {
+  return [o](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        conv_transpose2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o)};
+  };
+}
+
+std::vector<OpSample> conv_transpose2d_samples() {
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  return {
+      {"conv_transpose2d/basic_bias",
+       {t({2, 3, 4, 4}, 321), t({3, 2, 3, 3}, 322), t({2}, 323)},
+       transpose_fn({}),
+       "F.conv_transpose2d(a0, a1, a2)"},
+      {"conv_transpose2d/stride2_output_padding",
+       {t({1, 4, 3, 3}, 324), t({4, 3, 3, 3}, 325), t({3}, 326)},
+       transpose_fn({.stride = 2, .padding = 1, .output_padding = 1}),
+       "F.conv_transpose2d(a0, a1, a2, stride=2, padding=1, output_padding=1)"},
+      {"conv_transpose2d/groups_dilation",
+       {t({2, 4, 3, 4}, 327), t({4, 1, 2, 3}, 328)},
+       transpose_fn({.stride = {2, 3}, .output_padding = {1, 2}, .groups = 2, .dilation = 2}),
+       "F.conv_transpose2d(a0, a1, None, stride=(2, 3), padding=0, output_padding=(1, 2), "
+       "groups=2, dilation=2)"},
+      {"conv_transpose2d/unbatched",
+       {t({3, 3, 3}, 329), t({3, 2, 2, 2}, 330)},
+       transpose_fn({.stride = {2, 1}}),
+       "F.conv_transpose2d(a0, a1, stride=(2, 1))"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("conv2d", conv2d_samples);
+KILN_REGISTER_OP_SAMPLES("conv_transpose2d", conv_transpose2d_samples);
+
+}  // namespace
+
+}  // namespace kiln

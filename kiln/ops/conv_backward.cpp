@@ -1,0 +1,241 @@
+// The two gradients of conv2d as ops of their own: conv2d_backward_input (also the definition of
+// conv_transpose2d) and conv2d_backward_weight.
+//
+// Note [conv gradients]: with y = conv2d(x, w), the three ops are the three ways of contracting
+// one bilinear form <g, conv2d(x, w)> = <conv2d_backward_input(g, w), x>
+// = <conv2d_backward_weight(x, g), w>. So the vjp of each op is made of the other two (with the
+// same stride, padding, dilation and groups), and gradients of every order close over this family.
+#include <fmt/format.h>
+
+#include "kiln/ops/conv.h"
+#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+using detail::ConvGeometry;
+using detail::short_desc;
+
+Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return batched ? Shape{n, c, h, w} : Shape{c, h, w};
+}
+
+// The shape of the conv2d input whose gradient conv2d_backward_input(grad, w) is.
+Shape input_shape(const Tensor& grad, const Shape& w, int64_t groups, Size2 size) {
+  return activation_shape(grad.dim() == 4, grad.dim() == 4 ? grad.size(0) : 1, w[1] * groups,
+                          size.h, size.w);
+}
+
+// grad must have the spatial size that conv2d gives for geometry g.
+void check_grad_size(const char* op, const Tensor& grad, const ConvGeometry& g,
+                     const std::string& operands, const Loc& loc) {
+  if (grad.size(-2) != g.oh || grad.size(-1) != g.ow)
+    fail(op, loc,
+         "expected grad of spatial size {}x{} (the conv2d output for input size {}x{} and kernel "
+         "{}x{}), but got grad {} ({})",
+         g.oh, g.ow, g.h, g.w, g.kh, g.kw, short_desc(grad), operands);
+}
+
+class Conv2dBackwardInputOp final : public Op {
+ public:
+  Conv2dBackwardInputOp(Size2 input_size, Conv2dOptions options)
+      : input_size_(input_size), options_(std::move(options)) {}
+  const char* name() const override { return "conv2d_backward_input"; }
+  nlohmann::json attrs() const override {
+    nlohmann::json a = detail::conv_attrs(options_);
+    a["input_size"] = {input_size_.h, input_size_.w};
+    return a;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &grad = in[0], &w = in[1];
+    detail::check_conv_options(name(), options_, loc);
+    detail::check_activation(name(), "grad", grad, Tensor(), loc);
+    detail::check_weight(name(), w, "(O,C/groups,kH,kW)", grad, loc);
+    if (input_size_.h <= 0 || input_size_.w <= 0)
+      fail(name(), loc, "expected a positive input_size, but got [{}, {}] (grad {})", input_size_.h,
+           input_size_.w, grad.describe());
+    if (w.size(0) % options_.groups != 0)
+      fail(name(), loc,
+           "expected the weight's {} output channels to be divisible by groups {}, but got {}",
+           w.size(0), options_.groups, w.describe());
+    if (grad.size(-3) != w.size(0))
+      fail(name(), loc, "expected grad with {} channels (weight {}), but got {}", w.size(0),
+           short_desc(w), short_desc(grad));
+    const Shape xs = input_shape(grad, w.shape(), options_.groups, input_size_);
+    const std::string operands = "grad " + short_desc(grad) + " and weight " + short_desc(w);
+    std::optional<ConvGeometry> g = detail::conv_geometry(xs, w.shape(), options_);
+    if (!g)
+      detail::fail_kernel_fit(name(), input_size_.h, input_size_.w, w.size(2), w.size(3), options_,
+                              operands, loc);
+    check_grad_size(name(), grad, *g, "weight " + short_desc(w), loc);
+    return {{xs, grad.dtype(), grad.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const Shape xs = input_shape(in[0], in[1].shape(), options_.groups, input_size_);
+    const ConvGeometry g = *detail::conv_geometry(xs, in[1].shape(), options_);
+    detail::conv_backward_data_kernel(g, in[0], in[1], out[0]);
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1], &u = ctx.grads[0];
+    const Shape& ws = ctx.input_metas[1].shape;
+    Tensor g_grad, g_weight;
+    if (ctx.needs_grad[0]) g_grad = conv2d(u, w, Tensor(), options_);
+    if (ctx.needs_grad[1]) g_weight = conv2d_backward_weight(u, grad, {ws[2], ws[3]}, options_);
+    return {g_grad, g_weight};
+  }
+
+ private:
+  Size2 input_size_;
+  Conv2dOptions options_;
+};
+
+class Conv2dBackwardWeightOp final : public Op {
+ public:
+  Conv2dBackwardWeightOp(Size2 kernel_size, Conv2dOptions options)
+      : kernel_size_(kernel_size), options_(std::move(options)) {}
+  const char* name() const override { return "conv2d_backward_weight"; }
+  nlohmann::json attrs() const override {
+    nlohmann::json a = detail::conv_attrs(options_);
+    a["kernel_size"] = {kernel_size_.h, kernel_size_.w};
+    return a;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &x = in[0], &grad = in[1];
+    detail::check_conv_options(name(), options_, loc);
+    detail::check_activation(name(), "input", x, Tensor(), loc);
+    detail::check_activation(name(), "grad", grad, x, loc);
+    const int64_t groups = options_.groups;
+    if (kernel_size_.h <= 0 || kernel_size_.w <= 0)
+      fail(name(), loc, "expected a positive kernel_size, but got [{}, {}]", kernel_size_.h,
+           kernel_size_.w);
+    const std::string operands = "input " + short_desc(x) + " and grad " + short_desc(grad);
+    if (grad.dim() != x.dim() || (x.dim() == 4 && grad.size(0) != x.size(0)))
+      fail(name(), loc, "expected input and grad with the same batch dims, but got {}", operands);
+    if (x.size(-3) % groups != 0 || grad.size(-3) % groups != 0)
+      fail(name(), loc, "expected input and grad channels divisible by groups {}, but got {}",
+           groups, operands);
+    const Shape ws = weight_shape(x, grad);
+    std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), ws, options_);
+    if (!g)
+      detail::fail_kernel_fit(name(), x.size(-2), x.size(-1), ws[2], ws[3], options_, operands,
+                              loc);
+    check_grad_size(name(), grad, *g, "input " + short_desc(x), loc);
+    return {{ws, x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), weight_shape(in[0], in[1]),
+                                                  options_);
+    detail::conv_backward_weights_kernel(g, in[0], in[1], out[0]);
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &x = ctx.inputs[0], &grad = ctx.inputs[1], &u = ctx.grads[0];
+    const Shape& xs = ctx.input_metas[0].shape;
+    Tensor g_input, g_grad;
+    if (ctx.needs_grad[0])
+      g_input = conv2d_backward_input(grad, u, {xs[xs.size() - 2], xs.back()}, options_);
+    if (ctx.needs_grad[1]) g_grad = conv2d(x, u, Tensor(), options_);
+    return {g_input, g_grad};
+  }
+
+ private:
+  Shape weight_shape(const Tensor& x, const Tensor& grad) const {
+    return {grad.size(-3), x.size(-3) / options_.groups, kernel_size_.h, kernel_size_.w};
+  }
+
+  Size2 kernel_size_;
+  Conv2dOptions options_;
+};
+
+}  // namespace
+
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, Size2 input_size,
+                             const Conv2dOptions& options, const Loc& loc) {
+  return call_op<Conv2dBackwardInputOp>({grad, weight}, loc, input_size, options);
+}
+
+Tensor conv2d_backward_weight(const Tensor& input, const Tensor& grad, Size2 kernel_size,
+                              const Conv2dOptions& options, const Loc& loc) {
+  return call_op<Conv2dBackwardWeightOp>({input, grad}, loc, kernel_size, options);
+}
+
+namespace {
+
+// PyTorch has no public op for these; the torch expressions take the gradient of F.conv2d at a
+// zero point (the gradient of a bilinear function does not depend on that point) with
+// create_graph=True, so that the result is differentiable in a0 and a1 as the kiln op is.
+std::string torch_grad_input(const std::string& conv_args, const std::string& x_shape) {
+  return fmt::format(
+      "(lambda g, w, x: torch.autograd.grad(F.conv2d(x, w, {}), x, g, create_graph=True)[0])"
+      "(a0, a1, torch.zeros({}, dtype=a0.dtype, requires_grad=True))",
+      conv_args, x_shape);
+}
+
+std::string torch_grad_weight(const std::string& conv_args, const std::string& w_shape) {
+  return fmt::format(
+      "(lambda x, g, w: torch.autograd.grad(F.conv2d(x, w, {}), w, g, create_graph=True)[0])"
+      "(a0, a1, torch.zeros({}, dtype=a0.dtype, requires_grad=True))",
+      conv_args, w_shape);
+}
+
+std::vector<OpSample> backward_input_samples() {
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  auto fn = [](Size2 size, Conv2dOptions o) {
+    return [size, o](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{conv2d_backward_input(in[0], in[1], size, o)};
+    };
+  };
+  return {
+      {"conv2d_backward_input/stride2_pad1",
+       {t({2, 4, 3, 3}, 341), t({4, 3, 3, 3}, 342)},
+       fn(5, {.stride = 2, .padding = 1}),
+       torch_grad_input("stride=2, padding=1", "2, 3, 5, 5")},
+      {"conv2d_backward_input/groups_dilation_same",
+       {t({1, 4, 5, 6}, 343), t({4, 1, 2, 3}, 344)},
+       fn({5, 6}, {.padding = "same", .dilation = {1, 2}, .groups = 2}),
+       torch_grad_input("padding='same', dilation=(1, 2), groups=2", "1, 2, 5, 6")},
+      // Stride 3 with a 2x2 kernel skips rows and columns 2 and 5: their gradient is zero.
+      {"conv2d_backward_input/unused_rows_unbatched",
+       {t({2, 2, 2}, 345), t({2, 3, 2, 2}, 346)},
+       fn(6, {.stride = 3}),
+       torch_grad_input("stride=3", "3, 6, 6")},
+  };
+}
+
+std::vector<OpSample> backward_weight_samples() {
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  auto fn = [](Size2 kernel, Conv2dOptions o) {
+    return [kernel, o](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{conv2d_backward_weight(in[0], in[1], kernel, o)};
+    };
+  };
+  return {
+      {"conv2d_backward_weight/stride2_pad1",
+       {t({2, 3, 5, 5}, 351), t({2, 4, 3, 3}, 352)},
+       fn(3, {.stride = 2, .padding = 1}),
+       torch_grad_weight("stride=2, padding=1", "4, 3, 3, 3")},
+      {"conv2d_backward_weight/groups_dilation_same",
+       {t({1, 4, 5, 6}, 353), t({1, 4, 5, 6}, 354)},
+       fn({2, 3}, {.padding = "same", .dilation = {1, 2}, .groups = 2}),
+       torch_grad_weight("padding='same', dilation=(1, 2), groups=2", "4, 2, 2, 3")},
+      {"conv2d_backward_weight/valid_unbatched",
+       {t({2, 5, 4}, 355), t({3, 4, 2}, 356)},
+       fn({2, 3}, {.padding = "valid"}),
+       torch_grad_weight("padding='valid'", "3, 2, 2, 3")},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("conv2d_backward_input", backward_input_samples);
+KILN_REGISTER_OP_SAMPLES("conv2d_backward_weight", backward_weight_samples);
+
+}  // namespace
+
+}  // namespace kiln

@@ -1,0 +1,404 @@
+// The convolution kernels: oneDNN for float32 (and 16-bit floats, computed in float32), reference
+// loops for float64, plus the geometry and option checks the conv ops share.
+#include "kiln/ops/conv_kernels.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "kiln/core/parallel.h"
+#include "kiln/ops/dnnl_utils.h"
+#include "kiln/ops/loops.h"
+
+namespace kiln {
+namespace detail {
+
+std::string ConvGeometry::key() const {
+  return fmt::format("{},{},{},{}|{},{},{}|{},{}|{},{},{},{}|{},{},{},{}|{}", n, c, h, w, o, kh, kw,
+                     oh, ow, sh, sw, dh, dw, pt, pb, pl, pr, groups);
+}
+
+std::pair<int64_t, int64_t> resolve_padding(const Padding& p, bool height, int64_t in, int64_t k,
+                                            int64_t stride, int64_t dilation) {
+  switch (p.kind) {
+    case Padding::Kind::kExplicit:
+      return height ? std::pair{p.top, p.bottom} : std::pair{p.left, p.right};
+    case Padding::Kind::kSame: {
+      const int64_t out = (in + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>((out - 1) * stride + (k - 1) * dilation + 1 - in, 0);
+      return {total / 2, total - total / 2};
+    }
+    case Padding::Kind::kValid:
+    case Padding::Kind::kInvalid:
+      break;
+  }
+  return {0, 0};
+}
+
+std::optional<ConvGeometry> conv_geometry(const Shape& x, const Shape& w, const Conv2dOptions& o) {
+  ConvGeometry g;
+  const size_t r = x.size();
+  g.n = r == 4 ? x[0] : 1;
+  g.c = x[r - 3];
+  g.h = x[r - 2];
+  g.w = x[r - 1];
+  g.o = w[0];
+  g.kh = w[2];
+  g.kw = w[3];
+  g.sh = o.stride.h;
+  g.sw = o.stride.w;
+  g.dh = o.dilation.h;
+  g.dw = o.dilation.w;
+  g.groups = o.groups;
+  std::tie(g.pt, g.pb) = resolve_padding(o.padding, true, g.h, g.kh, g.sh, g.dh);
+  std::tie(g.pl, g.pr) = resolve_padding(o.padding, false, g.w, g.kw, g.sw, g.dw);
+  const int64_t span_h = g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1;
+  const int64_t span_w = g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1;
+  if (span_h < 0 || span_w < 0) return std::nullopt;
+  g.oh = span_h / g.sh + 1;
+  g.ow = span_w / g.sw + 1;
+  return g;
+}
+
+void check_conv_options(const char* op, const Conv2dOptions& o, const Loc& loc) {
+  if (o.stride.h <= 0 || o.stride.w <= 0)
+    fail(op, loc, "expected a positive stride, but got [{}, {}]", o.stride.h, o.stride.w);
+  if (o.dilation.h <= 0 || o.dilation.w <= 0)
+    fail(op, loc, "expected a positive dilation, but got [{}, {}]", o.dilation.h, o.dilation.w);
+  if (o.groups <= 0) fail(op, loc, "expected a positive number of groups, but got {}", o.groups);
+  const Padding& p = o.padding;
+  if (p.kind == Padding::Kind::kInvalid)
+    fail(op, loc,
+         "expected padding to be an int, an (h, w) pair, \"same\" or \"valid\", but got \"{}\"",
+         p.mode);
+  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
+    fail(op, loc, "expected non-negative padding, but got {}", p.str());
+}
+
+nlohmann::json conv_attrs(const Conv2dOptions& o) {
+  nlohmann::json padding;
+  if (o.padding.kind == Padding::Kind::kExplicit)
+    padding = {o.padding.top, o.padding.bottom, o.padding.left, o.padding.right};
+  else
+    padding = o.padding.str();
+  return {{"stride", {o.stride.h, o.stride.w}},
+          {"padding", padding},
+          {"dilation", {o.dilation.h, o.dilation.w}},
+          {"groups", o.groups}};
+}
+
+std::string short_desc(const Tensor& t) {
+  return dtype_name(t.dtype()) + shape_str(t.shape());
+}
+
+void check_activation(const char* op, const char* what, const Tensor& t, const Tensor& like,
+                      const Loc& loc) {
+  if (t.dim() != 3 && t.dim() != 4)
+    fail(op, loc, "expected {} of rank 3 (C,H,W) or 4 (N,C,H,W), but got {}", what, t.describe());
+  if (!is_floating(t.dtype()))
+    fail(op, loc, "expected a floating-point {}, but got {}", what, t.describe());
+  if (like.defined() && like.dtype() != t.dtype())
+    fail(op, loc, "expected {} of the same dtype as {}, but got {}", what, short_desc(like),
+         t.describe());
+}
+
+void check_weight(const char* op, const Tensor& w, const char* layout, const Tensor& like,
+                  const Loc& loc) {
+  if (w.dim() != 4)
+    fail(op, loc, "expected weight of rank 4 {}, but got {}", layout, w.describe());
+  if (w.dtype() != like.dtype())
+    fail(op, loc, "expected weight of the same dtype as the input {}, but got {}",
+         short_desc(like), w.describe());
+  if (w.size(2) == 0 || w.size(3) == 0)
+    fail(op, loc, "expected a non-empty kernel, but got weight {}", w.describe());
+}
+
+void fail_kernel_fit(const char* op, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                     const Conv2dOptions& o, const std::string& operands, const Loc& loc) {
+  const auto [pt, pb] = resolve_padding(o.padding, true, h, kh, o.stride.h, o.dilation.h);
+  const auto [pl, pr] = resolve_padding(o.padding, false, w, kw, o.stride.w, o.dilation.w);
+  fail(op, loc,
+       "expected the kernel ({}x{}, dilation {}x{}, spanning {}x{}) to fit in the padded input "
+       "({}x{} with padding {}), but got {}",
+       kh, kw, o.dilation.h, o.dilation.w, o.dilation.h * (kh - 1) + 1, o.dilation.w * (kw - 1) + 1,
+       h + pt + pb, w + pl + pr, Padding::asymmetric(pt, pb, pl, pr).str(), operands);
+}
+
+namespace {
+
+// A contiguous copy of t (t itself when already contiguous), converted to dtype.
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.is_contiguous() && t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), {dtype});
+  copy_into(out, t);
+  return out;
+}
+
+// Rows of work below this many multiply-adds stay on one thread.
+int64_t grain_for(int64_t work_per_row) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
+}
+
+// --- reference loops (float64) -------------------------------------------------------------------
+
+// Note [conv reference loops]: every output element is one sum in a fixed order (channels, then
+// kernel rows, then kernel columns; for the weight gradient: batch, then output rows, then
+// columns), and threads split whole output planes, so the result is the same for every thread
+// count. The data gradient gathers (each input element sums its contributions) instead of
+// scattering, so no two threads write one element.
+void ref_forward(const ConvGeometry& g, const double* x, const double* w, const double* b,
+                 double* y) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  parallel_for(0, g.n * g.o, grain_for(g.oh * g.ow * cg * g.kh * g.kw), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.o, o = r % g.o;
+      const double* xn = x + (n * g.c + (o / og) * cg) * g.h * g.w;
+      const double* wo = w + o * cg * g.kh * g.kw;
+      double* yo = y + r * g.oh * g.ow;
+      for (int64_t i = 0; i < g.oh; ++i) {
+        for (int64_t j = 0; j < g.ow; ++j) {
+          double acc = b ? b[o] : 0.0;
+          for (int64_t c = 0; c < cg; ++c) {
+            for (int64_t ki = 0; ki < g.kh; ++ki) {
+              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              const double* xr = xn + (c * g.h + ih) * g.w;
+              const double* wr = wo + (c * g.kh + ki) * g.kw;
+              for (int64_t kj = 0; kj < g.kw; ++kj) {
+                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
+                if (iw >= 0 && iw < g.w) acc += xr[iw] * wr[kj];
+              }
+            }
+          }
+          yo[i * g.ow + j] = acc;
+        }
+      }
+    }
+  });
+}
+
+void ref_backward_data(const ConvGeometry& g, const double* gy, const double* w, double* gx) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  parallel_for(0, g.n * g.c, grain_for(g.h * g.w * og * g.kh * g.kw), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.c, c = r % g.c, grp = c / cg, cl = c % cg;
+      const double* gyn = gy + (n * g.o + grp * og) * g.oh * g.ow;
+      double* gxc = gx + r * g.h * g.w;
+      for (int64_t ih = 0; ih < g.h; ++ih) {
+        for (int64_t iw = 0; iw < g.w; ++iw) {
+          double acc = 0.0;
+          for (int64_t oo = 0; oo < og; ++oo) {
+            const double* go = gyn + oo * g.oh * g.ow;
+            const double* wo = w + ((grp * og + oo) * cg + cl) * g.kh * g.kw;
+            for (int64_t ki = 0; ki < g.kh; ++ki) {
+              const int64_t ti = ih + g.pt - ki * g.dh;
+              if (ti < 0 || ti % g.sh != 0 || ti / g.sh >= g.oh) continue;
+              const double* gr = go + (ti / g.sh) * g.ow;
+              for (int64_t kj = 0; kj < g.kw; ++kj) {
+                const int64_t tj = iw + g.pl - kj * g.dw;
+                if (tj < 0 || tj % g.sw != 0 || tj / g.sw >= g.ow) continue;
+                acc += gr[tj / g.sw] * wo[ki * g.kw + kj];
+              }
+            }
+          }
+          gxc[ih * g.w + iw] = acc;
+        }
+      }
+    }
+  });
+}
+
+void ref_backward_weights(const ConvGeometry& g, const double* x, const double* gy, double* gw) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  parallel_for(0, g.o * cg, grain_for(g.n * g.oh * g.ow * g.kh * g.kw), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = r / cg, c = (o / og) * cg + r % cg;
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          double acc = 0.0;
+          for (int64_t n = 0; n < g.n; ++n) {
+            const double* xc = x + (n * g.c + c) * g.h * g.w;
+            const double* go = gy + (n * g.o + o) * g.oh * g.ow;
+            for (int64_t i = 0; i < g.oh; ++i) {
+              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              for (int64_t j = 0; j < g.ow; ++j) {
+                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
+                if (iw >= 0 && iw < g.w) acc += go[i * g.ow + j] * xc[ih * g.w + iw];
+              }
+            }
+          }
+          gw[(r * g.kh + ki) * g.kw + kj] = acc;
+        }
+      }
+    }
+  });
+}
+
+// --- oneDNN (float32) ----------------------------------------------------------------------------
+
+// Note [conv layouts]: the primitives read and write kiln's plain layouts (nchw activations,
+// oihw / goihw weights), so no reorder runs before or after them. oneDNN's fastest kernels want
+// blocked layouts (nChw8c, OIhw8i8o); choosing them with format_tag::any and keeping activations
+// blocked between consecutive dense ops (DESIGN.md: a storage may hold a backend layout) is
+// issue 4's work. With plain layouts oneDNN runs its im2col + GEMM kernels.
+//
+// Note [conv determinism]: the forward and data-gradient primitives compute each output element
+// as one dot product. oneDNN's weight gradient may split the batch between threads and add the
+// partial sums, so its last bits can depend on the thread count (float32 only; the float64 loops
+// never do).
+enum class Pass { kForward, kBackwardData, kBackwardWeights };
+
+struct ConvDescs {
+  dnnl::memory::desc src, wei, bias, dst;
+  dnnl::memory::dims strides, dilates, pad_l, pad_r;
+};
+
+ConvDescs conv_descs(const ConvGeometry& g, bool with_bias) {
+  using tag = dnnl::memory::format_tag;
+  const auto f32 = dnnl::memory::data_type::f32;
+  ConvDescs d;
+  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, tag::nchw);
+  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, tag::nchw);
+  d.wei = g.groups == 1 ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, tag::oihw)
+                        : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw},
+                                             f32, tag::goihw);
+  if (with_bias) d.bias = dnnl::memory::desc({g.o}, f32, tag::x);
+  d.strides = {g.sh, g.sw};
+  d.dilates = {g.dh - 1, g.dw - 1};  // oneDNN counts the gaps: 0 is a dense kernel
+  d.pad_l = {g.pt, g.pl};
+  d.pad_r = {g.pb, g.pr};
+  return d;
+}
+
+struct ConvEntry {
+  dnnl::primitive primitive;
+  ConvDescs descs;
+};
+
+LruCache<ConvEntry>& conv_cache() {
+  static auto* cache = new LruCache<ConvEntry>(256);
+  return *cache;
+}
+
+ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
+  ConvEntry e;
+  e.descs = conv_descs(g, with_bias);
+  const ConvDescs& d = e.descs;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  dnnl::engine& eng = dnnl_engine();
+  dnnl::convolution_forward::primitive_desc fwd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, d.src, d.wei, d.bias,
+                                      d.dst, d.strides, d.dilates, d.pad_l, d.pad_r),
+      eng);
+  if (pass == Pass::kForward) {
+    e.primitive = dnnl::convolution_forward(fwd);
+  } else if (pass == Pass::kBackwardData) {
+    dnnl::convolution_backward_data::desc desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
+                                               d.pad_l, d.pad_r);
+    e.primitive = dnnl::convolution_backward_data(
+        dnnl::convolution_backward_data::primitive_desc(desc, eng, fwd));
+  } else {
+    dnnl::convolution_backward_weights::desc desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
+                                                  d.pad_l, d.pad_r);
+    e.primitive = dnnl::convolution_backward_weights(
+        dnnl::convolution_backward_weights::primitive_desc(desc, eng, fwd));
+  }
+  return e;
+}
+
+// Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
+// kernels below, `bias` the forward's bias (may be null).
+void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
+                 const Tensor* bias, const Tensor& out) {
+  const std::string key =
+      fmt::format("{}|{}|{}", static_cast<int>(pass), g.key(), bias != nullptr ? 1 : 0);
+  ConvEntry e = conv_cache().get_or_create(key, [&] { return build_conv(pass, g, bias != nullptr); });
+  const Tensor a32 = dense(a, DType::Float32), b32 = dense(b, DType::Float32);
+  const bool direct = out.dtype() == DType::Float32;
+  const Tensor o32 = direct ? out : empty(out.shape(), {DType::Float32});
+  dnnl::engine& eng = dnnl_engine();
+  const ConvDescs& d = e.descs;
+  std::unordered_map<int, dnnl::memory> args;
+  if (pass == Pass::kForward) {
+    args[DNNL_ARG_SRC] = dnnl::memory(d.src, eng, a32.raw_data());
+    args[DNNL_ARG_WEIGHTS] = dnnl::memory(d.wei, eng, b32.raw_data());
+    args[DNNL_ARG_DST] = dnnl::memory(d.dst, eng, o32.raw_data());
+  } else if (pass == Pass::kBackwardData) {
+    args[DNNL_ARG_DIFF_DST] = dnnl::memory(d.dst, eng, a32.raw_data());
+    args[DNNL_ARG_WEIGHTS] = dnnl::memory(d.wei, eng, b32.raw_data());
+    args[DNNL_ARG_DIFF_SRC] = dnnl::memory(d.src, eng, o32.raw_data());
+  } else {
+    args[DNNL_ARG_SRC] = dnnl::memory(d.src, eng, a32.raw_data());
+    args[DNNL_ARG_DIFF_DST] = dnnl::memory(d.dst, eng, b32.raw_data());
+    args[DNNL_ARG_DIFF_WEIGHTS] = dnnl::memory(d.wei, eng, o32.raw_data());
+  }
+  Tensor bias32;
+  if (bias != nullptr) {
+    bias32 = dense(*bias, DType::Float32);
+    args[DNNL_ARG_BIAS] = dnnl::memory(d.bias, eng, bias32.raw_data());
+  }
+  dnnl::stream& s = dnnl_stream();
+  e.primitive.execute(s, args);
+  s.wait();
+  if (!direct) copy_into(out, o32);
+}
+
+const double* f64(const Tensor& t) {
+  return static_cast<const double*>(t.raw_data());
+}
+
+// Empty outputs need no work; an empty reduction (no channels or no batch) gives zeros, which
+// oneDNN would reject as zero-sized memory.
+bool trivial(const Tensor& out, int64_t reduced) {
+  if (out.numel() == 0) return true;
+  if (reduced != 0) return false;
+  std::memset(out.raw_data(), 0, out.nbytes());
+  return true;
+}
+
+}  // namespace
+
+void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& y) {
+  if (trivial(y, g.c / g.groups)) {
+    if (b.defined() && y.numel() > 0)
+      copy_into(y, make_view(b, {g.o, 1, 1}, {b.stride(0), 0, 0}, b.storage_offset()));
+    return;
+  }
+  if (y.dtype() != DType::Float64) {
+    onednn_conv(Pass::kForward, g, x, w, b.defined() ? &b : nullptr, y);
+    return;
+  }
+  const Tensor xd = dense(x, DType::Float64), wd = dense(w, DType::Float64);
+  const Tensor bd = b.defined() ? dense(b, DType::Float64) : Tensor();
+  ref_forward(g, f64(xd), f64(wd), bd.defined() ? f64(bd) : nullptr,
+              static_cast<double*>(y.raw_data()));
+}
+
+void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Tensor& w,
+                               const Tensor& gx) {
+  if (trivial(gx, (g.o / g.groups) * g.oh * g.ow)) return;
+  if (gx.dtype() != DType::Float64) {
+    onednn_conv(Pass::kBackwardData, g, gy, w, nullptr, gx);
+    return;
+  }
+  const Tensor gyd = dense(gy, DType::Float64), wd = dense(w, DType::Float64);
+  ref_backward_data(g, f64(gyd), f64(wd), static_cast<double*>(gx.raw_data()));
+}
+
+void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& gy,
+                                  const Tensor& gw) {
+  if (trivial(gw, g.n * g.oh * g.ow)) return;
+  if (gw.dtype() != DType::Float64) {
+    onednn_conv(Pass::kBackwardWeights, g, x, gy, nullptr, gw);
+    return;
+  }
+  const Tensor xd = dense(x, DType::Float64), gyd = dense(gy, DType::Float64);
+  ref_backward_weights(g, f64(xd), f64(gyd), static_cast<double*>(gw.raw_data()));
+}
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,245 @@
+// embedding (row lookup) and its gradient embedding_backward (row scatter-add); each is the
+// other's vjp, so gradients of any order stay within these two ops.
+#include "kiln/ops/embedding.h"
+
+#include <cstring>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/compare.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+nlohmann::json padding_json(std::optional<int64_t> padding_idx) {
+  return padding_idx ? nlohmann::json(*padding_idx) : nlohmann::json(nullptr);
+}
+
+void check_indices_dtype(const char* op, const Tensor& indices, const Loc& loc) {
+  if (indices.dtype() != DType::Int64)
+    fail(op, loc, "expected int64 indices, but got {}", indices.describe());
+}
+
+// Values are checked serially before any parallel work (see Note [index checks] in
+// indexing.cpp); kernels have no call site, so the ops keep the caller's location.
+std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t num_rows,
+                                     const std::string& rows_of, const Loc& loc) {
+  std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  for (size_t i = 0; i < idx.size(); ++i)
+    if (idx[i] < 0 || idx[i] >= num_rows)
+      fail(op, loc,
+           "expected indices in [0, {}) (V = {}, the number of rows of {}), but got index {} at "
+           "position {} of indices {}",
+           num_rows, num_rows, rows_of, idx[i], i, indices.describe());
+  return idx;
+}
+
+class EmbeddingOp final : public Op {
+ public:
+  EmbeddingOp(std::optional<int64_t> padding_idx, Loc loc) : padding_idx_(padding_idx), loc_(loc) {}
+  const char* name() const override { return "embedding"; }
+  nlohmann::json attrs() const override { return {{"padding_idx", padding_json(padding_idx_)}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &w = in[0], &indices = in[1];
+    if (w.dim() != 2)
+      fail(name(), loc, "expected a weight of rank 2 [V, D], but got {}", w.describe());
+    check_indices_dtype(name(), indices, loc);
+    Shape shape = indices.shape();
+    shape.push_back(w.size(1));
+    return {{shape, w.dtype(), w.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const Tensor& w = in[0];
+    const std::vector<int64_t> idx =
+        checked_indices(name(), in[1], w.size(0), "weight " + w.describe(), loc_);
+    const int64_t d = w.size(1), n = static_cast<int64_t>(idx.size());
+    const int64_t s0 = w.stride(0), s1 = w.stride(1);
+    visit_dtype(w.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* pw = static_cast<const T*>(w.raw_data());
+      T* po = static_cast<T*>(out[0].raw_data());
+      parallel_for(0, n, std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)),
+                   [&](int64_t i0, int64_t i1) {
+                     for (int64_t i = i0; i < i1; ++i) {
+                       const T* row = pw + idx[i] * s0;
+                       T* dst = po + i * d;
+                       if (s1 == 1)
+                         std::memcpy(dst, row, static_cast<size_t>(d) * sizeof(T));
+                       else
+                         for (int64_t j = 0; j < d; ++j) dst[j] = row[j * s1];
+                     }
+                   });
+    });
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
+    return {embedding_backward(ctx.grads[0], ctx.inputs[1], ctx.input_metas[0].shape[0],
+                               padding_idx_),
+            Tensor()};
+  }
+
+ private:
+  std::optional<int64_t> padding_idx_;  // in [0, V)
+  Loc loc_;
+};
+
+class EmbeddingBackwardOp final : public Op {
+ public:
+  EmbeddingBackwardOp(int64_t num_weights, std::optional<int64_t> padding_idx, Loc loc)
+      : num_weights_(num_weights), padding_idx_(padding_idx), loc_(loc) {}
+  const char* name() const override { return "embedding_backward"; }
+  nlohmann::json attrs() const override {
+    return {{"num_weights", num_weights_}, {"padding_idx", padding_json(padding_idx_)}};
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &g = in[0], &indices = in[1];
+    check_indices_dtype(name(), indices, loc);
+    if (!is_floating(g.dtype()))
+      fail(name(), loc, "expected a floating-point grad, but got {}", g.describe());
+    if (g.dim() != indices.dim() + 1 ||
+        !std::equal(indices.shape().begin(), indices.shape().end(), g.shape().begin()))
+      fail(name(), loc, "expected grad of shape indices.shape + [D], but got grad {} for indices {}",
+           g.describe(), indices.describe());
+    if (num_weights_ < 0)
+      fail(name(), loc, "expected num_weights >= 0, but got {} for grad {}", num_weights_,
+           g.describe());
+    return {{{num_weights_, g.shape().back()}, g.dtype(), g.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    Tensor g = in[0];
+    if (!g.is_contiguous()) {
+      NoGradGuard no_grad;
+      g = contiguous(g);
+    }
+    const std::vector<int64_t> idx = checked_indices(
+        name(), in[1], num_weights_, fmt::format("the weight ([{}, D])", num_weights_), loc_);
+    const int64_t d = g.shape().back(), n = static_cast<int64_t>(idx.size());
+    const int64_t pad = padding_idx_.value_or(-1);
+    std::memset(out[0].raw_data(), 0, out[0].nbytes());
+    visit_dtype(g.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const T* pg = static_cast<const T*>(g.raw_data());
+      T* po = static_cast<T*>(out[0].raw_data());
+      // Threads split the columns; each column adds its rows in index order, so duplicates sum
+      // in a fixed order whatever the thread count.
+      parallel_for(0, d, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)),
+                   [&](int64_t c0, int64_t c1) {
+                     for (int64_t i = 0; i < n; ++i) {
+                       if (idx[i] == pad) continue;
+                       T* dst = po + idx[i] * d;
+                       const T* src = pg + i * d;
+                       for (int64_t c = c0; c < c1; ++c)
+                         dst[c] = static_cast<T>(static_cast<C>(dst[c]) + static_cast<C>(src[c]));
+                     }
+                   });
+    });
+  }
+
+  // Linear in grad; the adjoint of the scatter-add is the lookup, with padding rows zeroed.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
+    const Tensor& indices = ctx.inputs[1];
+    Tensor gg = embedding(ctx.grads[0], indices);
+    if (padding_idx_)
+      gg = where(unsqueeze(eq(indices, static_cast<double>(*padding_idx_)), -1), 0.0, gg);
+    return {gg, Tensor()};
+  }
+
+ private:
+  int64_t num_weights_;
+  std::optional<int64_t> padding_idx_;
+  Loc loc_;
+};
+
+std::optional<int64_t> wrap_padding(const char* op, std::optional<int64_t> padding_idx,
+                                    int64_t num_rows, const Tensor& t, const Loc& loc) {
+  if (!padding_idx) return std::nullopt;
+  if (*padding_idx < -num_rows || *padding_idx >= num_rows)
+    fail(op, loc, "expected padding_idx in [-{}, {}) (V = {}), but got {} for {}", num_rows,
+         num_rows, num_rows, *padding_idx, t.describe());
+  return *padding_idx < 0 ? *padding_idx + num_rows : *padding_idx;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx,
+                 const Loc& loc) {
+  if (weight.dim() != 2)
+    fail("embedding", loc, "expected a weight of rank 2 [V, D], but got {}", weight.describe());
+  return call_op<EmbeddingOp>({weight, indices}, loc,
+                              wrap_padding("embedding", padding_idx, weight.size(0), weight, loc),
+                              loc);
+}
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
+                          std::optional<int64_t> padding_idx, const Loc& loc) {
+  return call_op<EmbeddingBackwardOp>(
+      {grad, indices}, loc, num_weights,
+      wrap_padding("embedding_backward", padding_idx, num_weights, grad, loc), loc);
+}
+
+namespace {
+
+std::vector<Tensor> one(Tensor t) {
+  return {std::move(t)};
+}
+
+Tensor long_tensor(std::vector<int64_t> values, Shape shape) {
+  return tensor<int64_t>(values, shape);
+}
+
+KILN_REGISTER_OP_SAMPLES("embedding", [] {
+  return std::vector<OpSample>{
+      {"2d_indices_duplicates",
+       {sample_tensor({5, 3}, 501), long_tensor({0, 4, 2, 4, 4, 1}, {2, 3})},
+       [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1])); },
+       "F.embedding(a1, a0)",
+       {0}},
+      {"padding_idx",
+       {sample_tensor({4, 2}, 502), long_tensor({1, 3, 1, 0, 2}, {5})},
+       [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1], 1)); },
+       "F.embedding(a1, a0, padding_idx=1)",
+       {0}},
+      {"negative_padding_strided_weight",
+       {sample_tensor({3, 4}, 503).t(), long_tensor({3, 0, 3, 2}, {2, 2})},
+       [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1], -1)); },
+       "F.embedding(a1, a0, padding_idx=-1)",
+       {0}},
+      {"zero_dim_index",
+       {sample_tensor({4, 3}, 504), long_tensor({2}, {})},
+       [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1])); },
+       "F.embedding(a1, a0)",
+       {0}},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("embedding_backward", [] {
+  return std::vector<OpSample>{
+      {"duplicates",
+       {sample_tensor({2, 3, 4}, 511), long_tensor({0, 4, 2, 4, 4, 1}, {2, 3})},
+       [](const std::vector<Tensor>& in) { return one(embedding_backward(in[0], in[1], 5)); },
+       "torch.ops.aten.embedding_backward(a0, a1, 5, -1, False, False)",
+       {0}},
+      {"padding_idx",
+       {sample_tensor({5, 2}, 512), long_tensor({1, 3, 1, 0, 2}, {5})},
+       [](const std::vector<Tensor>& in) { return one(embedding_backward(in[0], in[1], 4, 1)); },
+       "torch.ops.aten.embedding_backward(a0, a1, 4, 1, False, False)",
+       {0}},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln

@@ -1,0 +1,314 @@
+// Reductions of losses and the elementwise losses (regression, binary cross entropy, KL
+// divergence). These are composites of public ops: their gradients (higher-order included) come
+// from the ops they are built of. Classification losses live in loss_classification.cpp.
+#include "kiln/ops/loss.h"
+
+#include <string>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/compare.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+Reduction reduction_from_string(std::string_view name, const Loc& loc) {
+  if (name == "none") return Reduction::None;
+  if (name == "mean") return Reduction::Mean;
+  if (name == "sum") return Reduction::Sum;
+  if (name == "batchmean") return Reduction::BatchMean;
+  fail("reduction", loc, "expected \"none\", \"mean\", \"sum\" or \"batchmean\", but got \"{}\"",
+       name);
+}
+
+const char* reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None:
+      return "none";
+    case Reduction::Mean:
+      return "mean";
+    case Reduction::Sum:
+      return "sum";
+    case Reduction::BatchMean:
+      return "batchmean";
+  }
+  return "mean";
+}
+
+Tensor reduce_loss(const Tensor& loss, Reduction reduction, std::string_view op, const Loc& loc) {
+  switch (reduction) {
+    case Reduction::None:
+      return loss;
+    case Reduction::Mean:
+      return mean(loss, {}, false, loc);
+    case Reduction::Sum:
+      return sum(loss, {}, false, loc);
+    case Reduction::BatchMean:
+      break;
+  }
+  fail(op, loc, "expected reduction none, mean or sum, but got batchmean (kl_div only) for {}",
+       loss.describe());
+}
+
+namespace {
+
+// Input and target of an elementwise loss: floating and broadcastable (errors name the loss).
+void check_pair(const char* op, const Tensor& input, const Tensor& target, const Loc& loc) {
+  if (!is_floating(input.dtype()) || !is_floating(target.dtype()))
+    fail(op, loc, "expected floating-point input and target, but got input {} and target {}",
+         input.describe(), target.describe());
+  broadcast_shapes(input.shape(), target.shape(), op, loc);
+}
+
+void check_same_shape(const char* op, const Tensor& input, const Tensor& target, const Loc& loc) {
+  if (!is_floating(input.dtype()) || !is_floating(target.dtype()) ||
+      input.shape() != target.shape())
+    fail(op, loc,
+         "expected floating-point input and target of the same shape, but got input {} and "
+         "target {}",
+         input.describe(), target.describe());
+}
+
+// An optional per-element factor (weight, pos_weight) must broadcast to `like`'s shape.
+void check_factor(const char* op, const char* what, const Tensor& factor, const Tensor& like,
+                  const Loc& loc) {
+  if (!factor.defined()) return;
+  if (!is_floating(factor.dtype()) ||
+      broadcast_shapes(factor.shape(), like.shape(), op, loc) != like.shape())
+    fail(op, loc, "expected a floating-point {} that broadcasts to {}, but got {}", what,
+         like.describe(), factor.describe());
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, const Loc& loc) {
+  check_pair("mse_loss", input, target, loc);
+  const Tensor d = sub(input, target, loc);
+  return reduce_loss(mul(d, d, loc), reduction, "mse_loss", loc);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, const Loc& loc) {
+  check_pair("l1_loss", input, target, loc);
+  return reduce_loss(abs(sub(input, target, loc), loc), reduction, "l1_loss", loc);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta,
+                      const Loc& loc) {
+  check_pair("smooth_l1_loss", input, target, loc);
+  if (!(beta >= 0))
+    fail("smooth_l1_loss", loc, "expected beta >= 0, but got {} for input {}", beta,
+         input.describe());
+  // beta = 0 is exactly l1 (and the quadratic branch would divide by zero).
+  if (beta == 0) return l1_loss(input, target, reduction, loc);
+  const Tensor d = sub(input, target, loc);
+  const Tensor a = abs(d, loc);
+  const Tensor l = where(lt(a, beta, loc), mul(mul(d, d, loc), 0.5 / beta, loc),
+                         sub(a, 0.5 * beta, loc), loc);
+  return reduce_loss(l, reduction, "smooth_l1_loss", loc);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta,
+                  const Loc& loc) {
+  check_pair("huber_loss", input, target, loc);
+  if (!(delta > 0))
+    fail("huber_loss", loc, "expected delta > 0, but got {} for input {}", delta,
+         input.describe());
+  const Tensor d = sub(input, target, loc);
+  const Tensor a = abs(d, loc);
+  const Tensor l = where(lt(a, delta, loc), mul(mul(d, d, loc), 0.5, loc),
+                         mul(sub(a, 0.5 * delta, loc), delta, loc), loc);
+  return reduce_loss(l, reduction, "huber_loss", loc);
+}
+
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, const Tensor& weight,
+                            Reduction reduction, const Loc& loc) {
+  check_same_shape("binary_cross_entropy", probs, target, loc);
+  check_factor("binary_cross_entropy", "weight", weight, probs, loc);
+  // PyTorch clamps each log at -100 so that p = 0 or 1 gives a finite loss.
+  const Tensor log_p = clamp(log(probs, loc), -100.0, std::nullopt, loc);
+  const Tensor log_q = clamp(log(sub(1.0, probs, loc), loc), -100.0, std::nullopt, loc);
+  Tensor l = neg(add(mul(target, log_p, loc), mul(sub(1.0, target, loc), log_q, loc), loc), loc);
+  if (weight.defined()) l = mul(l, weight, loc);
+  return reduce_loss(l, reduction, "binary_cross_entropy", loc);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        const Tensor& weight, const Tensor& pos_weight,
+                                        Reduction reduction, const Loc& loc) {
+  const char* op = "binary_cross_entropy_with_logits";
+  check_same_shape(op, logits, target, loc);
+  check_factor(op, "weight", weight, logits, loc);
+  check_factor(op, "pos_weight", pos_weight, logits, loc);
+  // -log sigmoid(x) = softplus(-x). The threshold is raised from 20 to 50 so that the linear
+  // branch's error (log1p(exp(-50))) is below double precision; exp(50) fits float32.
+  const Tensor sp = softplus(neg(logits, loc), 1.0, 50.0, loc);
+  Tensor l = mul(sub(1.0, target, loc), logits, loc);
+  if (pos_weight.defined()) {
+    const Tensor log_weight = add(mul(sub(pos_weight, 1.0, loc), target, loc), 1.0, loc);
+    l = add(l, mul(log_weight, sp, loc), loc);
+  } else {
+    l = add(l, sp, loc);
+  }
+  if (weight.defined()) l = mul(l, weight, loc);
+  return reduce_loss(l, reduction, op, loc);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target,
+              const Loc& loc) {
+  check_pair("kl_div", input, target, loc);
+  Tensor l;
+  if (log_target) {
+    l = mul(exp(target, loc), sub(target, input, loc), loc);
+  } else {
+    // xlogy(t, t) is 0 where t == 0; the log reads 1 there so that no 0 * -inf reaches a gradient.
+    const Tensor zero = eq(target, 0.0, loc);
+    const Tensor safe = where(zero, 1.0, target, loc);
+    const Tensor xlogx = where(zero, 0.0, mul(target, log(safe, loc), loc), loc);
+    l = sub(xlogx, mul(target, input, loc), loc);
+  }
+  if (reduction != Reduction::BatchMean) return reduce_loss(l, reduction, "kl_div", loc);
+  const Tensor total = sum(l, {}, false, loc);
+  return input.dim() == 0 ? total : div(total, static_cast<double>(input.size(0)), loc);
+}
+
+namespace {
+
+std::vector<OpSample> pair_samples(
+    const std::string& name, double low, double high,
+    const std::function<Tensor(const Tensor&, const Tensor&, Reduction)>& f,
+    const std::string& extra = "") {
+  auto call = [f](Reduction r) {
+    return [f, r](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x[0], x[1], r)}; };
+  };
+  const std::string t = "F." + name + "(a0, a1" + extra;
+  return {
+      {"mean", {sample_tensor({3, 4}, 401, low, high), sample_tensor({3, 4}, 402, low, high)},
+       call(Reduction::Mean), t + ")"},
+      {"broadcast_none",
+       {sample_tensor({3, 1}, 403, low, high), sample_tensor({4}, 404, low, high)},
+       call(Reduction::None), t + ", reduction='none')"},
+      {"transposed_sum",
+       {sample_tensor({4, 3}, 405, low, high).t(), sample_tensor({3, 4}, 406, low, high)},
+       call(Reduction::Sum), t + ", reduction='sum')"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("mse_loss", [] {
+  return pair_samples("mse_loss", -1, 1, [](auto& a, auto& b, Reduction r) {
+    return mse_loss(a, b, r);
+  });
+});
+KILN_REGISTER_OP_SAMPLES("l1_loss", [] {
+  return pair_samples("l1_loss", -1, 1, [](auto& a, auto& b, Reduction r) {
+    return l1_loss(a, b, r);
+  });
+});
+// Inputs in [-2, 2] put differences on both sides of beta / delta (kinks are improbable).
+KILN_REGISTER_OP_SAMPLES("smooth_l1_loss", [] {
+  auto s = pair_samples("smooth_l1_loss", -2, 2, [](auto& a, auto& b, Reduction r) {
+    return smooth_l1_loss(a, b, r);
+  });
+  auto beta = pair_samples(
+      "smooth_l1_loss", -2, 2,
+      [](auto& a, auto& b, Reduction r) { return smooth_l1_loss(a, b, r, 0.5); }, ", beta=0.5");
+  s.push_back(beta[1]);
+  s.back().label = "beta_broadcast_none";
+  return s;
+});
+KILN_REGISTER_OP_SAMPLES("huber_loss", [] {
+  auto s = pair_samples("huber_loss", -2, 2, [](auto& a, auto& b, Reduction r) {
+    return huber_loss(a, b, r);
+  });
+  auto delta = pair_samples(
+      "huber_loss", -2, 2, [](auto& a, auto& b, Reduction r) { return huber_loss(a, b, r, 0.7); },
+      ", delta=0.7");
+  s.push_back(delta[0]);
+  s.back().label = "delta_mean";
+  return s;
+});
+
+KILN_REGISTER_OP_SAMPLES("binary_cross_entropy", [] {
+  auto call = [](bool weighted, Reduction r) {
+    return [=](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{binary_cross_entropy(x[0], x[1], weighted ? x[2] : Tensor(), r)};
+    };
+  };
+  return std::vector<OpSample>{
+      {"mean",
+       {sample_tensor({3, 4}, 411, 0.05, 0.95), sample_tensor({3, 4}, 412, 0, 1)},
+       call(false, Reduction::Mean),
+       "F.binary_cross_entropy(a0, a1)"},
+      {"weight_broadcast_none",
+       {sample_tensor({2, 3}, 413, 0.05, 0.95), sample_tensor({2, 3}, 414, 0, 1),
+        sample_tensor({3}, 415, 0.5, 2)},
+       call(true, Reduction::None),
+       "F.binary_cross_entropy(a0, a1, weight=a2, reduction='none')",
+       {0, 1}},
+      {"weight_sum",
+       {sample_tensor({4}, 416, 0.05, 0.95), sample_tensor({4}, 417, 0, 1),
+        sample_tensor({4}, 418, 0.5, 2)},
+       call(true, Reduction::Sum),
+       "F.binary_cross_entropy(a0, a1, weight=a2, reduction='sum')",
+       {0, 1}},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("binary_cross_entropy_with_logits", [] {
+  auto call = [](bool weighted, bool pos, Reduction r) {
+    return [=](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{binary_cross_entropy_with_logits(
+          x[0], x[1], weighted ? x[2] : Tensor(), pos ? x[weighted ? 3 : 2] : Tensor(), r)};
+    };
+  };
+  const std::string f = "F.binary_cross_entropy_with_logits(a0, a1";
+  return std::vector<OpSample>{
+      {"mean",
+       {sample_tensor({3, 4}, 421, -3, 3), sample_tensor({3, 4}, 422, 0, 1)},
+       call(false, false, Reduction::Mean),
+       f + ")"},
+      {"weight_pos_weight_none",
+       {sample_tensor({2, 3}, 423, -3, 3), sample_tensor({2, 3}, 424, 0, 1),
+        sample_tensor({2, 1}, 425, 0.5, 2), sample_tensor({3}, 426, 0.5, 3)},
+       call(true, true, Reduction::None),
+       f + ", weight=a2, pos_weight=a3, reduction='none')",
+       {0, 1}},
+      {"pos_weight_large_logits_sum",
+       {sample_tensor({2, 4}, 427, -60, 60), sample_tensor({2, 4}, 428, 0, 1),
+        sample_tensor({4}, 429, 0.5, 3)},
+       call(false, true, Reduction::Sum),
+       f + ", pos_weight=a2, reduction='sum')",
+       {0, 1}},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("kl_div", [] {
+  auto call = [](Reduction r, bool log_target) {
+    return [=](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{kl_div(x[0], x[1], r, log_target)};
+    };
+  };
+  return std::vector<OpSample>{
+      {"batchmean",
+       {sample_tensor({3, 4}, 431, -3, -0.1), sample_tensor({3, 4}, 432, 0.05, 1)},
+       call(Reduction::BatchMean, false),
+       "F.kl_div(a0, a1, reduction='batchmean')"},
+      {"broadcast_none",
+       {sample_tensor({2, 3}, 433, -3, -0.1), sample_tensor({3}, 434, 0.05, 1)},
+       call(Reduction::None, false),
+       "F.kl_div(a0, a1, reduction='none')"},
+      {"log_target_sum",
+       {sample_tensor({2, 3}, 435, -3, -0.1), sample_tensor({2, 3}, 436, -3, -0.1)},
+       call(Reduction::Sum, true),
+       "F.kl_div(a0, a1, reduction='sum', log_target=True)"},
+      {"mean",
+       {sample_tensor({4}, 437, -3, -0.1), sample_tensor({4}, 438, 0.05, 1)},
+       call(Reduction::Mean, false),
+       "F.kl_div(a0, a1, reduction='mean')"},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln

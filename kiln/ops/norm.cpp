@@ -1,0 +1,520 @@
+// batch_norm, layer_norm and group_norm: one fused NormOp (statistics and affine transform in two
+// passes over x), whose vjp is written with public ops, plus the unfused reference decompositions
+// that tests compare it with.
+#include "kiln/ops/norm.h"
+
+#include <cmath>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+namespace {
+
+enum class NormKind { kBatch, kLayer, kGroup };
+
+const char* kind_name(NormKind k) {
+  switch (k) {
+    case NormKind::kBatch: return "batch_norm";
+    case NormKind::kLayer: return "layer_norm";
+    case NormKind::kGroup: return "group_norm";
+  }
+  return "norm";
+}
+
+// Note [norm geometry]: every norm sees contiguous x as [P, Q, R] with parameters (weight, bias)
+// indexed by q:
+//   batch_norm  [N, C, spatial]: one statistic per q, over p and r.
+//   group_norm  [N, C, spatial]: one statistic per (p, group), over the group's contiguous
+//               chunk of Q / G channels times R.
+//   layer_norm  [M, K, 1], G = 1: one statistic per p, over its row of K.
+// For the vjp the same data is viewed with the statistics as reduced dims: `view` is x's view,
+// `reduce` the dims the statistics reduce, `stat_view` the keepdim shape of the statistics and
+// `param_view` the parameters' view, broadcastable against `view`.
+struct NormGeom {
+  int64_t p = 1, q = 1, r = 1, groups = 1;
+  Shape stat_shape;  // shape of the mean / var outputs
+  Shape view, stat_view, param_view;
+  Dims reduce;
+  int64_t count = 1;  // elements per statistic
+};
+
+NormGeom make_geom(NormKind kind, const Shape& x, int64_t groups_or_k) {
+  NormGeom g;
+  const int64_t numel = shape_numel(x);
+  if (kind == NormKind::kLayer) {
+    const int64_t lead = static_cast<int64_t>(x.size()) - groups_or_k;
+    g.stat_shape.assign(x.begin(), x.begin() + lead);
+    g.p = shape_numel(g.stat_shape);
+    g.q = shape_numel(Shape(x.begin() + lead, x.end()));
+    g.view = {g.p, g.q};
+    g.stat_view = {g.p, 1};
+    g.param_view = {1, g.q};
+    g.reduce = {1};
+    g.count = g.q;
+    return g;
+  }
+  g.p = x[0];
+  g.q = x[1];
+  g.r = g.p * g.q == 0 ? 0 : numel / (g.p * g.q);
+  if (kind == NormKind::kBatch) {
+    g.stat_shape = {g.q};
+    g.view = {g.p, g.q, g.r};
+    g.stat_view = {1, g.q, 1};
+    g.param_view = {1, g.q, 1};
+    g.reduce = {0, 2};
+    g.count = g.p * g.r;
+  } else {
+    g.groups = groups_or_k;
+    const int64_t cg = g.q / g.groups;
+    g.stat_shape = {g.p, g.groups};
+    g.view = {g.p, g.groups, cg, g.r};
+    g.stat_view = {g.p, g.groups, 1, 1};
+    g.param_view = {1, g.groups, cg, 1};
+    g.reduce = {2, 3};
+    g.count = cg * g.r;
+  }
+  return g;
+}
+
+// Two passes (mean, then squared deviations) in double over `n` contiguous elements.
+template <class T>
+void moments(const T* x, int64_t n, double& mean, double& var) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+  mean = s / static_cast<double>(n);
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    ss += d * d;
+  }
+  var = ss / static_cast<double>(n);
+}
+
+// y = x * scale + shift over `n` contiguous elements, in the compute type.
+template <class T>
+void affine_row(const T* x, T* y, int64_t n, double scale, double shift) {
+  using C = compute_t<T>;
+  const C sc = static_cast<C>(scale), sh = static_cast<C>(shift);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<C>(x[i]) * sc + sh);
+}
+
+template <class T>
+void norm_kernel(NormKind kind, const NormGeom& g, double eps, const T* x, const T* w, const T* b,
+                 T* y, T* mean_out, T* var_out) {
+  const int64_t cg = g.q / g.groups;
+  auto param = [&](int64_t q, double mean, double rstd, double& scale, double& shift) {
+    scale = rstd * (w ? static_cast<double>(static_cast<compute_t<T>>(w[q])) : 1.0);
+    shift = (b ? static_cast<double>(static_cast<compute_t<T>>(b[q])) : 0.0) - mean * scale;
+  };
+  if (kind != NormKind::kBatch) {
+    // One statistic per contiguous chunk: chunks go to threads, each chunk is serial.
+    const int64_t chunk = cg * g.r;
+    parallel_for(0, g.p * g.groups, std::max<int64_t>(1, kGrain / std::max<int64_t>(chunk, 1)),
+                 [&](int64_t s0, int64_t s1) {
+                   for (int64_t s = s0; s < s1; ++s) {
+                     const T* xs = x + s * chunk;
+                     double mean, var;
+                     moments(xs, chunk, mean, var);
+                     mean_out[s] = static_cast<T>(mean);
+                     var_out[s] = static_cast<T>(var);
+                     const double rstd = 1.0 / std::sqrt(var + eps);
+                     for (int64_t c = 0; c < cg; ++c) {
+                       double scale, shift;
+                       param((s % g.groups) * cg + c, mean, rstd, scale, shift);
+                       affine_row(xs + c * g.r, y + s * chunk + c * g.r, g.r, scale, shift);
+                     }
+                   }
+                 });
+    return;
+  }
+  // batch_norm: a channel's elements are P rows of R, strided by Q * R. Each channel's sum runs
+  // serially in a fixed order (deterministic); channels go to threads.
+  std::vector<double> scale(g.q), shift(g.q);
+  parallel_for(0, g.q, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      double s = 0, ss = 0;
+      for (int64_t p = 0; p < g.p; ++p)
+        for (int64_t r = 0; r < g.r; ++r) s += static_cast<double>(x[(p * g.q + q) * g.r + r]);
+      const double mean = s / static_cast<double>(g.count);
+      for (int64_t p = 0; p < g.p; ++p)
+        for (int64_t r = 0; r < g.r; ++r) {
+          const double d = static_cast<double>(x[(p * g.q + q) * g.r + r]) - mean;
+          ss += d * d;
+        }
+      const double var = ss / static_cast<double>(g.count);
+      mean_out[q] = static_cast<T>(mean);
+      var_out[q] = static_cast<T>(var);
+      param(q, mean, 1.0 / std::sqrt(var + eps), scale[q], shift[q]);
+    }
+  });
+  parallel_for(0, g.p * g.q, std::max<int64_t>(1, kGrain / std::max<int64_t>(g.r, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t row = r0; row < r1; ++row)
+                   affine_row(x + row * g.r, y + row * g.r, g.r, scale[row % g.q],
+                              shift[row % g.q]);
+               });
+}
+
+// Outputs: y (x's shape), and the mean and biased variance of every statistic (stat_shape).
+// The statistics are outputs so that batch_norm can update running statistics without another
+// pass, and so that the vjp need not recompute them.
+class NormOp final : public Op {
+ public:
+  NormOp(NormKind kind, int64_t groups_or_k, double eps, bool has_weight, bool has_bias)
+      : kind_(kind),
+        groups_or_k_(groups_or_k),
+        eps_(eps),
+        has_weight_(has_weight),
+        has_bias_(has_bias) {}
+  const char* name() const override { return kind_name(kind_); }
+  nlohmann::json attrs() const override {
+    nlohmann::json j = {{"eps", eps_}, {"has_weight", has_weight_}, {"has_bias", has_bias_}};
+    if (kind_ == NormKind::kGroup) j["num_groups"] = groups_or_k_;
+    if (kind_ == NormKind::kLayer) j["normalized_rank"] = groups_or_k_;
+    return j;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    if (!is_floating(x.dtype()))
+      fail(name(), loc, "expected a floating-point input, but got {}", x.describe());
+    NormGeom g = make_geom(kind_, x.shape(), groups_or_k_);
+    Shape pshape = kind_ == NormKind::kLayer
+                       ? Shape(x.shape().end() - groups_or_k_, x.shape().end())
+                       : Shape{x.size(1)};
+    for (size_t i = 1; i < in.size(); ++i) {
+      const char* what = i == 1 && has_weight_ ? "weight" : "bias";
+      if (in[i].shape() != pshape || in[i].dtype() != x.dtype())
+        fail(name(), loc, "expected {} of shape {} and dtype {} (for input {}), but got {}", what,
+             shape_str(pshape), dtype_name(x.dtype()), x.describe(), in[i].describe());
+    }
+    return {{x.shape(), x.dtype(), x.device()},
+            {g.stat_shape, x.dtype(), x.device()},
+            {g.stat_shape, x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    std::vector<Tensor> c;
+    {
+      NoGradGuard no_grad;
+      for (const Tensor& t : in) c.push_back(contiguous(t));
+    }
+    const NormGeom g = make_geom(kind_, c[0].shape(), groups_or_k_);
+    visit_dtype(c[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<compute_t<T>>) {
+        const T* w = has_weight_ ? static_cast<const T*>(c[1].raw_data()) : nullptr;
+        const T* b = has_bias_ ? static_cast<const T*>(c.back().raw_data()) : nullptr;
+        norm_kernel<T>(kind_, g, eps_, static_cast<const T*>(c[0].raw_data()), w, b,
+                       static_cast<T*>(out[0].raw_data()), static_cast<T*>(out[1].raw_data()),
+                       static_cast<T*>(out[2].raw_data()));
+      }
+    });
+  }
+
+  Saves saves() const override { return {true, true}; }
+
+  // With xhat = (x - mean) * rstd and gxhat = g * weight, the gradient through the statistics is
+  //   gx = rstd * (gxhat - mean_R(gxhat) - xhat * mean_R(gxhat * xhat))
+  // plus the gradients that reach the mean / var outputs themselves (they do in higher-order
+  // gradients, where this vjp's use of them is differentiated): d mean / dx = 1 / n and
+  // d var / dx = 2 (x - mean) / n = 2 xhat / (n rstd). Both extra terms are folded into the
+  // per-statistic coefficients c0, c1 of gx = rstd * gxhat + c0 + c1 * xhat, so they cost no
+  // extra pass over x.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor& x = ctx.inputs[0];
+    const Tensor w = has_weight_ ? ctx.inputs[1] : Tensor();
+    const NormGeom g = make_geom(kind_, x.shape(), groups_or_k_);
+    const double n = static_cast<double>(g.count);
+    Tensor xv = reshape(x, g.view), gy = reshape(ctx.grads[0], g.view);
+    Tensor mean_v = reshape(ctx.outputs[1], g.stat_view);
+    Tensor rstd = rsqrt(add(reshape(ctx.outputs[2], g.stat_view), eps_));
+    Tensor xhat = mul(sub(xv, mean_v), rstd);
+    std::vector<Tensor> grads(ctx.inputs.size());
+    if (ctx.needs_grad[0]) {
+      Tensor gxhat = has_weight_ ? mul(gy, reshape(w, g.param_view)) : gy;
+      Tensor a = mean(gxhat, g.reduce, true), b = mean(mul(gxhat, xhat), g.reduce, true);
+      Tensor c0 = add(neg(mul(rstd, a)), div(reshape(ctx.grads[1], g.stat_view), n));
+      Tensor c1 = sub(div(mul(reshape(ctx.grads[2], g.stat_view), 2.0 / n), rstd), mul(rstd, b));
+      grads[0] = reshape(add(mul(gxhat, rstd), add(c0, mul(c1, xhat))), x.shape());
+    }
+    const size_t bias_index = has_weight_ ? 2 : 1;
+    if (has_weight_ && ctx.needs_grad[1])
+      grads[1] = reshape(sum_to(mul(gy, xhat), g.param_view), ctx.input_metas[1].shape);
+    if (has_bias_ && ctx.needs_grad[bias_index])
+      grads[bias_index] = reshape(sum_to(gy, g.param_view), ctx.input_metas[bias_index].shape);
+    return grads;
+  }
+
+ private:
+  NormKind kind_;
+  int64_t groups_or_k_;  // num_groups (group_norm) or the rank of normalized_shape (layer_norm)
+  double eps_;
+  bool has_weight_, has_bias_;
+};
+
+std::vector<Tensor> run_norm(NormKind kind, const Tensor& x, int64_t groups_or_k,
+                             const Tensor& weight, const Tensor& bias, double eps,
+                             const Loc& loc) {
+  std::vector<Tensor> inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  return dispatch(std::make_shared<const NormOp>(kind, groups_or_k, eps, weight.defined(),
+                                                 bias.defined()),
+                  inputs, loc);
+}
+
+void check_channels_input(const char* op, const Tensor& x, const Loc& loc) {
+  if (x.dim() < 2)
+    fail(op, loc, "expected an input of rank >= 2 (N, C, ...), but got {}", x.describe());
+  if (!is_floating(x.dtype()))
+    fail(op, loc, "expected a floating-point input, but got {}", x.describe());
+}
+
+void check_running_stat(const char* what, const Tensor& t, const Tensor& x, const Loc& loc) {
+  if (!t.defined()) return;
+  if (t.shape() != Shape{x.size(1)} || !is_floating(t.dtype()))
+    fail("batch_norm", loc,
+         "expected {} of shape [{}] with a floating dtype (one per channel of input {}), but got "
+         "{}",
+         what, x.size(1), x.describe(), t.describe());
+}
+
+// Shape [1, C, 1, ...] of x's rank, so a per-channel [C] tensor broadcasts over x.
+Shape channel_view(const Tensor& x) {
+  Shape s(x.dim(), 1);
+  s[1] = x.size(1);
+  return s;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps, const Loc& loc) {
+  check_channels_input("batch_norm", x, loc);
+  check_running_stat("running_mean", running_mean, x, loc);
+  check_running_stat("running_var", running_var, x, loc);
+  const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
+  if (training) {
+    if (per_channel <= 1)
+      fail("batch_norm", loc,
+           "expected more than 1 value per channel when training, but got input {}",
+           x.describe());
+    std::vector<Tensor> out = run_norm(NormKind::kBatch, x, 0, weight, bias, eps, loc);
+    NoGradGuard no_grad;
+    const double n = static_cast<double>(per_channel);
+    if (running_mean.defined()) {
+      Tensor batch = to_dtype(out[1], running_mean.dtype(), loc);
+      Tensor rm = running_mean;  // a handle sharing the caller's tensor
+      rm.copy_(add(mul(rm, 1.0 - momentum, loc), mul(batch, momentum, loc), loc), loc);
+    }
+    if (running_var.defined()) {
+      Tensor unbiased = mul(to_dtype(out[2], running_var.dtype(), loc), n / (n - 1.0), loc);
+      Tensor rv = running_var;
+      rv.copy_(add(mul(rv, 1.0 - momentum, loc), mul(unbiased, momentum, loc), loc), loc);
+    }
+    return out[0];
+  }
+  if (!running_mean.defined() || !running_var.defined())
+    fail("batch_norm", loc,
+         "expected running_mean and running_var in evaluation mode (training=false), but got "
+         "{} and {} for input {}",
+         running_mean.defined() ? running_mean.describe() : "undefined",
+         running_var.defined() ? running_var.describe() : "undefined", x.describe());
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined() && (p->shape() != Shape{x.size(1)} || p->dtype() != x.dtype()))
+      fail("batch_norm", loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
+           p == &weight ? "weight" : "bias", x.size(1), dtype_name(x.dtype()), x.describe(),
+           p->describe());
+  // Evaluation is an affine map per channel, y = x * scale + shift, as PyTorch computes it.
+  const Shape cv = channel_view(x);
+  Tensor rstd = rsqrt(add(to_dtype(running_var, x.dtype(), loc), eps, loc), loc);
+  Tensor scale = weight.defined() ? mul(weight, rstd, loc) : rstd;
+  Tensor shift = neg(mul(to_dtype(running_mean, x.dtype(), loc), scale, loc), loc);
+  if (bias.defined()) shift = add(bias, shift, loc);
+  return add(mul(x, reshape(scale, cv, loc), loc), reshape(shift, cv, loc), loc);
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps, const Loc& loc) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  if (k == 0 || k > x.dim() || !std::equal(normalized_shape.begin(), normalized_shape.end(),
+                                           x.shape().end() - k))
+    fail("layer_norm", loc,
+         "expected a non-empty normalized_shape equal to the trailing sizes of the input, but "
+         "got normalized_shape {} for input {}",
+         shape_str(normalized_shape), x.describe());
+  return run_norm(NormKind::kLayer, x, k, weight, bias, eps, loc)[0];
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps, const Loc& loc) {
+  check_channels_input("group_norm", x, loc);
+  if (num_groups <= 0 || x.size(1) % num_groups != 0)
+    fail("group_norm", loc,
+         "expected num_groups > 0 dividing the number of channels, but got num_groups {} for "
+         "input {}",
+         num_groups, x.describe());
+  return run_norm(NormKind::kGroup, x, num_groups, weight, bias, eps, loc)[0];
+}
+
+namespace reference {
+
+namespace {
+Tensor normalize(const Tensor& x, const Dims& dims, double eps, const Loc& loc) {
+  Tensor m = mean(x, dims, true, loc);
+  Tensor v = var(x, dims, 0, true, loc);
+  return mul(sub(x, m, loc), rsqrt(add(v, eps, loc), loc), loc);
+}
+Tensor affine(Tensor y, const Tensor& weight, const Tensor& bias, const Shape& view,
+              const Loc& loc) {
+  if (weight.defined()) y = mul(y, reshape(weight, view, loc), loc);
+  if (bias.defined()) y = add(y, reshape(bias, view, loc), loc);
+  return y;
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double eps,
+                  const Loc& loc) {
+  const Shape cv = channel_view(x);
+  Tensor y;
+  if (training) {
+    Dims dims{0};
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    y = normalize(x, dims, eps, loc);
+  } else {
+    y = mul(sub(x, reshape(running_mean, cv, loc), loc),
+            reshape(rsqrt(add(running_var, eps, loc), loc), cv, loc), loc);
+  }
+  return affine(y, weight, bias, cv, loc);
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps, const Loc& loc) {
+  Dims dims;
+  for (size_t i = 0; i < normalized_shape.size(); ++i)
+    dims.push_back(x.dim() - 1 - static_cast<int64_t>(i));
+  return affine(normalize(x, dims, eps, loc), weight, bias, normalized_shape, loc);
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps, const Loc& loc) {
+  Tensor y = normalize(reshape(x, {x.size(0), num_groups, -1}, loc), {2}, eps, loc);
+  return affine(reshape(y, x.shape(), loc), weight, bias, channel_view(x), loc);
+}
+
+}  // namespace reference
+
+namespace {
+
+using Fn = OpSample::Fn;
+
+std::vector<Tensor> one(Tensor t) {
+  return {std::move(t)};
+}
+
+// Running statistics are cloned inside the sample so that gradcheck's many calls do not
+// compound their updates; the updated copies are outputs, compared with PyTorch's.
+Fn batch_norm_train(double momentum, double eps, bool stats, bool affine) {
+  return [=](const std::vector<Tensor>& in) {
+    Tensor rm = stats ? clone(detach(in[1])) : Tensor();
+    Tensor rv = stats ? clone(detach(in[2])) : Tensor();
+    const size_t k = stats ? 3 : 1;
+    Tensor y = batch_norm(in[0], rm, rv, affine ? in[k] : Tensor(), affine ? in[k + 1] : Tensor(),
+                          true, momentum, eps);
+    return stats ? std::vector<Tensor>{y, rm, rv} : one(y);
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("batch_norm", [] {
+  const std::string stats_lambda = "(lambda rm, rv: (F.batch_norm(a0, rm, rv, ";
+  return std::vector<OpSample>{
+      {"train_4d",
+       {sample_tensor({3, 2, 2, 2}, 301, -2, 2), sample_tensor({2}, 302),
+        sample_tensor({2}, 303, 0.5, 2), sample_tensor({2}, 304, 0.5, 1.5),
+        sample_tensor({2}, 305)},
+       batch_norm_train(0.1, 1e-5, true, true),
+       stats_lambda + "a3, a4, training=True, momentum=0.1, eps=1e-5), rm, rv))(a1.clone(), "
+                      "a2.clone())",
+       {0, 3, 4}},
+      {"train_2d_momentum",
+       {sample_tensor({5, 3}, 306, -1, 3), sample_tensor({3}, 307),
+        sample_tensor({3}, 308, 0.5, 2), sample_tensor({3}, 309, 0.5, 1.5),
+        sample_tensor({3}, 310)},
+       batch_norm_train(0.3, 1e-3, true, true),
+       stats_lambda + "a3, a4, training=True, momentum=0.3, eps=1e-3), rm, rv))(a1.clone(), "
+                      "a2.clone())",
+       {0, 3, 4}},
+      {"train_3d_no_stats_no_affine",
+       {sample_tensor({4, 3, 2}, 311, -2, 2)},
+       batch_norm_train(0.1, 1e-5, false, false),
+       "F.batch_norm(a0, None, None, training=True)"},
+      {"eval",
+       {sample_tensor({2, 3, 2, 2}, 312, -2, 2), sample_tensor({3}, 313),
+        sample_tensor({3}, 314, 0.5, 2), sample_tensor({3}, 315, 0.5, 1.5),
+        sample_tensor({3}, 316)},
+       [](const std::vector<Tensor>& in) {
+         return one(batch_norm(in[0], in[1], in[2], in[3], in[4], false));
+       },
+       "F.batch_norm(a0, a1, a2, a3, a4, training=False)",
+       {0, 3, 4}},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("layer_norm", [] {
+  return std::vector<OpSample>{
+      {"last_dim",
+       {sample_tensor({2, 3, 4}, 321, -2, 2), sample_tensor({4}, 322, 0.5, 1.5),
+        sample_tensor({4}, 323)},
+       [](const std::vector<Tensor>& in) { return one(layer_norm(in[0], {4}, in[1], in[2])); },
+       "F.layer_norm(a0, (4,), a1, a2)"},
+      {"two_dims_eps",
+       {sample_tensor({2, 3, 4}, 324, -2, 2), sample_tensor({3, 4}, 325, 0.5, 1.5),
+        sample_tensor({3, 4}, 326)},
+       [](const std::vector<Tensor>& in) {
+         return one(layer_norm(in[0], {3, 4}, in[1], in[2], 1e-3));
+       },
+       "F.layer_norm(a0, (3, 4), a1, a2, eps=1e-3)"},
+      {"transposed_no_affine",
+       {sample_tensor({4, 3}, 327, -2, 2).t()},
+       [](const std::vector<Tensor>& in) { return one(layer_norm(in[0], {4})); },
+       "F.layer_norm(a0, (4,))"},
+  };
+});
+
+KILN_REGISTER_OP_SAMPLES("group_norm", [] {
+  return std::vector<OpSample>{
+      {"3d",
+       {sample_tensor({2, 4, 3}, 331, -2, 2), sample_tensor({4}, 332, 0.5, 1.5),
+        sample_tensor({4}, 333)},
+       [](const std::vector<Tensor>& in) { return one(group_norm(in[0], 2, in[1], in[2])); },
+       "F.group_norm(a0, 2, a1, a2)"},
+      {"4d_eps",
+       {sample_tensor({2, 6, 2, 2}, 334, -2, 2), sample_tensor({6}, 335, 0.5, 1.5),
+        sample_tensor({6}, 336)},
+       [](const std::vector<Tensor>& in) {
+         return one(group_norm(in[0], 3, in[1], in[2], 1e-3));
+       },
+       "F.group_norm(a0, 3, a1, a2, eps=1e-3)"},
+      {"one_group_no_affine",
+       {sample_tensor({1, 4, 5}, 337, -2, 2)},
+       [](const std::vector<Tensor>& in) { return one(group_norm(in[0], 1)); },
+       "F.group_norm(a0, 1)"},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln
