@@ -59,7 +59,9 @@ AtomicFile::AtomicFile(std::string path, std::string_view op, const std::source_
          std::strerror(err));
 }
 
-AtomicFile::~AtomicFile() { discard(); }
+AtomicFile::~AtomicFile() {
+  discard();
+}
 
 void AtomicFile::discard() noexcept {
   if (fd_ >= 0) {
@@ -130,8 +132,8 @@ void AtomicFile::commit() {
          std::strerror(err));
 }
 
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes,
-                       std::string_view op, const std::source_location& loc) {
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, std::string_view op,
+                       const std::source_location& loc) {
   AtomicFile file(path, op, loc);
   file.write(bytes);
   file.commit();

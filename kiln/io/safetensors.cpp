@@ -39,9 +39,9 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypeNames[] = {
-    {DType::Float64, "F64"}, {DType::Float32, "F32"}, {DType::Float16, "F16"},
-    {DType::BFloat16, "BF16"}, {DType::Int64, "I64"}, {DType::Int32, "I32"},
-    {DType::Int8, "I8"},       {DType::UInt8, "U8"},   {DType::Bool, "BOOL"}};
+    {DType::Float64, "F64"},   {DType::Float32, "F32"}, {DType::Float16, "F16"},
+    {DType::BFloat16, "BF16"}, {DType::Int64, "I64"},   {DType::Int32, "I32"},
+    {DType::Int8, "I8"},       {DType::UInt8, "U8"},    {DType::Bool, "BOOL"}};
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const DTypeName& d : kDTypeNames)
@@ -56,6 +56,14 @@ std::string show(std::string_view name) {
   std::string clipped(name.substr(0, kMax));
   std::string out = Json(clipped).dump(-1, ' ', false, Json::error_handler_t::replace);
   if (name.size() > kMax) out += "...";
+  return out;
+}
+
+// The parser quotes the bytes it choked on, which may be anything; messages stay printable ASCII.
+std::string printable(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
   return out;
 }
 
@@ -136,9 +144,9 @@ Json parse_json(std::string_view text, const Reporter& err) {
     return Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::parse_error& e) {
     uint64_t at = 8 + (e.byte > 0 ? e.byte - 1 : 0);
-    err("the header is not valid JSON (error near byte offset {}): {}", at, e.what());
+    err("the header is not valid JSON (error near byte offset {}): {}", at, printable(e.what()));
   } catch (const Json::exception& e) {
-    err("the header is not valid JSON: {}", e.what());
+    err("the header is not valid JSON: {}", printable(e.what()));
   }
 }
 
@@ -159,8 +167,7 @@ Shape parse_shape(const std::string& name, const Json& value, DType dt, uint64_t
           show(name), value.dump());
     int64_t dim = d.get<int64_t>();
     if (__builtin_mul_overflow(strided, std::max<int64_t>(dim, 1), &strided))
-      err("tensor {}: shape {} has more elements than fit in 64 bits", show(name),
-          value.dump());
+      err("tensor {}: shape {} has more elements than fit in 64 bits", show(name), value.dump());
     has_zero = has_zero || dim == 0;
     shape.push_back(dim);
   }
@@ -319,8 +326,7 @@ class FileCloser {
 
 // The padded header text for `tensors`, after checking that they can be written.
 std::string build_header(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                         const std::map<std::string, std::string>& metadata,
-                         const Reporter& err) {
+                         const std::map<std::string, std::string>& metadata, const Reporter& err) {
   Json header = Json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   std::set<std::string_view> seen;
@@ -390,10 +396,12 @@ std::vector<uint8_t> serialize_safetensors(
     const std::vector<std::pair<std::string, Tensor>>& tensors,
     const std::map<std::string, std::string>& metadata, const Loc& loc) {
   const std::string where = "<memory>";
-  std::string header = build_header(tensors, metadata, Reporter("serialize_safetensors", where, loc));
-  std::vector<uint8_t> out(8);
+  std::string header =
+      build_header(tensors, metadata, Reporter("serialize_safetensors", where, loc));
+  // Sized up front: GCC 12 at -O2 misreads insert() into an 8-byte vector as out of bounds.
+  std::vector<uint8_t> out(8 + header.size());
   length_prefix(header.size(), out.data());
-  out.insert(out.end(), header.begin(), header.end());
+  std::copy(header.begin(), header.end(), out.begin() + 8);
   write_data(tensors, [&](const void* p, size_t n) {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);

@@ -143,11 +143,23 @@ class BinaryOp final : public Op {
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     DType dt = out[0].dtype();
-    Tensor a = as_dtype(in[0], dt);
-    Tensor b = as_dtype(in[1], dt);
     visit_dtype(dt, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
+      // tensor (op) scalar, the common case of `x * 0.5`: the scalar is read once, not converted
+      // into a tensor of the result dtype.
+      if (in[1].dim() == 0 && in[0].dtype() == dt) {
+        C y = scalar_value<C>(in[1]);
+        map_unary<T, T>(in[0], out[0], [y](C x) { return Fn::template apply<C>(x, y); });
+        return;
+      }
+      if (in[0].dim() == 0 && in[1].dtype() == dt) {
+        C x = scalar_value<C>(in[0]);
+        map_unary<T, T>(in[1], out[0], [x](C y) { return Fn::template apply<C>(x, y); });
+        return;
+      }
+      Tensor a = as_dtype(in[0], dt);
+      Tensor b = as_dtype(in[1], dt);
       map_binary<T, T, T>(a, b, out[0], [](C x, C y) { return Fn::template apply<C>(x, y); });
     });
   }

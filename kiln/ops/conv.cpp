@@ -48,7 +48,8 @@ ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tens
   detail::check_activation(op, "input", x, Tensor(), loc);
   detail::check_weight(op, w, "(O,C/groups,kH,kW)", x, loc);
   if (w.size(0) % o.groups != 0)
-    fail(op, loc, "expected the weight's {} output channels to be divisible by groups {}, but got {}",
+    fail(op, loc,
+         "expected the weight's {} output channels to be divisible by groups {}, but got {}",
          w.size(0), o.groups, w.describe());
   const int64_t channels = w.size(1) * o.groups;
   if (x.size(-3) != channels)
@@ -126,13 +127,15 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   detail::check_activation(op, "input", input, Tensor(), loc);
   detail::check_weight(op, weight, "(C,O/groups,kH,kW)", input, loc);
   if (weight.size(0) % t.groups != 0)
-    fail(op, loc, "expected the weight's {} input channels to be divisible by groups {}, but got {}",
+    fail(op, loc,
+         "expected the weight's {} input channels to be divisible by groups {}, but got {}",
          weight.size(0), t.groups, weight.describe());
   if (input.size(-3) != weight.size(0))
     fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}",
          weight.size(0), short_desc(weight), t.groups, short_desc(input));
   const int64_t channels = weight.size(1) * t.groups;
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != channels || bias.dtype() != input.dtype()))
+  if (bias.defined() &&
+      (bias.dim() != 1 || bias.size(0) != channels || bias.dtype() != input.dtype()))
     fail(op, loc, "expected bias of shape [{}] and dtype {} (weight {}, groups {}), but got {}",
          channels, dtype_name(input.dtype()), short_desc(weight), t.groups, bias.describe());
   const Size2 &s = t.stride, &op_pad = t.output_padding;
@@ -166,32 +169,32 @@ OpSample::Fn conv_fn(Conv2dOptions o) {
 std::vector<OpSample> conv2d_samples() {
   auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
   return {
-      {"conv2d/basic_bias",
+      {"basic_bias",
        {t({2, 3, 5, 5}, 301), t({4, 3, 3, 3}, 302), t({4}, 303)},
        conv_fn({}),
        "F.conv2d(a0, a1, a2)"},
-      {"conv2d/stride2_pad1_uneven",
+      {"stride2_pad1_uneven",
        {t({2, 3, 6, 5}, 304), t({4, 3, 3, 2}, 305), t({4}, 306)},
        conv_fn({.stride = 2, .padding = 1}),
        "F.conv2d(a0, a1, a2, stride=2, padding=1, dilation=1, groups=1)"},
-      {"conv2d/groups_dilation_nobias",
+      {"groups_dilation_nobias",
        {t({2, 4, 7, 6}, 307), t({6, 2, 3, 2}, 308)},
        conv_fn({.stride = {1, 2}, .padding = {1, 0}, .dilation = {2, 1}, .groups = 2}),
        "F.conv2d(a0, a1, None, stride=(1, 2), padding=(1, 0), dilation=(2, 1), groups=2)"},
-      {"conv2d/same_even_kernel",
+      {"same_even_kernel",
        {t({1, 2, 5, 6}, 309), t({3, 2, 2, 4}, 310), t({3}, 311)},
        conv_fn({.padding = "same"}),
        "F.conv2d(a0, a1, a2, padding='same')"},
       // TensorFlow's SAME with stride 2 (PyTorch has none): H 5 -> pad (1, 1), W 6 -> (0, 1).
-      {"conv2d/same_stride2",
+      {"same_stride2",
        {t({1, 2, 5, 6}, 312), t({3, 2, 3, 3}, 313), t({3}, 314)},
        conv_fn({.stride = 2, .padding = "same"}),
        "F.conv2d(F.pad(a0, (0, 1, 1, 1)), a1, a2, stride=2)"},
-      {"conv2d/valid_unbatched",
+      {"valid_unbatched",
        {t({3, 5, 4}, 315), t({2, 3, 2, 2}, 316)},
        conv_fn({.padding = "valid"}),
        "F.conv2d(a0, a1, padding='valid')"},
-      {"conv2d/channels_last_view",
+      {"channels_last_view",
        {t({2, 4, 5, 3}, 317).permute({0, 3, 1, 2}), t({2, 3, 3, 3}, 318)},
        conv_fn({.padding = 1}),
        "F.conv2d(a0, a1, padding=1)"},
@@ -200,28 +203,27 @@ std::vector<OpSample> conv2d_samples() {
 
 OpSample::Fn transpose_fn(ConvTranspose2dOptions o) {
   return [o](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{
-        conv_transpose2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o)};
+    return std::vector<Tensor>{conv_transpose2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o)};
   };
 }
 
 std::vector<OpSample> conv_transpose2d_samples() {
   auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
   return {
-      {"conv_transpose2d/basic_bias",
+      {"basic_bias",
        {t({2, 3, 4, 4}, 321), t({3, 2, 3, 3}, 322), t({2}, 323)},
        transpose_fn({}),
        "F.conv_transpose2d(a0, a1, a2)"},
-      {"conv_transpose2d/stride2_output_padding",
+      {"stride2_output_padding",
        {t({1, 4, 3, 3}, 324), t({4, 3, 3, 3}, 325), t({3}, 326)},
        transpose_fn({.stride = 2, .padding = 1, .output_padding = 1}),
        "F.conv_transpose2d(a0, a1, a2, stride=2, padding=1, output_padding=1)"},
-      {"conv_transpose2d/groups_dilation",
+      {"groups_dilation",
        {t({2, 4, 3, 4}, 327), t({4, 1, 2, 3}, 328)},
        transpose_fn({.stride = {2, 3}, .output_padding = {1, 2}, .groups = 2, .dilation = 2}),
        "F.conv_transpose2d(a0, a1, None, stride=(2, 3), padding=0, output_padding=(1, 2), "
        "groups=2, dilation=2)"},
-      {"conv_transpose2d/unbatched",
+      {"unbatched",
        {t({3, 3, 3}, 329), t({3, 2, 2, 2}, 330)},
        transpose_fn({.stride = {2, 1}}),
        "F.conv_transpose2d(a0, a1, stride=(2, 1))"},

@@ -41,7 +41,7 @@ class Padding {
   Padding(std::pair<int64_t, int64_t> hw)  // NOLINT(google-explicit-constructor)
       : Padding(hw.first, hw.second) {}
   Padding(const char* mode) : Padding(std::string(mode)) {}  // NOLINT
-  Padding(std::string mode);                                  // NOLINT
+  Padding(std::string mode);                                 // NOLINT
   static Padding asymmetric(int64_t top, int64_t bottom, int64_t left, int64_t right);
 
   // "same", "valid", the unrecognized text, or "[top, bottom, left, right]".
@@ -49,7 +49,7 @@ class Padding {
 
   Kind kind = Kind::kExplicit;
   int64_t top = 0, bottom = 0, left = 0, right = 0;  // kExplicit only
-  std::string mode;                                   // the text given for a string mode
+  std::string mode;                                  // the text given for a string mode
 };
 
 struct Conv2dOptions {

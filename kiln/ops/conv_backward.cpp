@@ -131,8 +131,8 @@ class Conv2dBackwardWeightOp final : public Op {
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), weight_shape(in[0], in[1]),
-                                                  options_);
+    const ConvGeometry g =
+        *detail::conv_geometry(in[0].shape(), weight_shape(in[0], in[1]), options_);
     detail::conv_backward_weights_kernel(g, in[0], in[1], out[0]);
   }
 
@@ -194,16 +194,16 @@ std::vector<OpSample> backward_input_samples() {
     };
   };
   return {
-      {"conv2d_backward_input/stride2_pad1",
+      {"stride2_pad1",
        {t({2, 4, 3, 3}, 341), t({4, 3, 3, 3}, 342)},
        fn(5, {.stride = 2, .padding = 1}),
        torch_grad_input("stride=2, padding=1", "2, 3, 5, 5")},
-      {"conv2d_backward_input/groups_dilation_same",
+      {"groups_dilation_same",
        {t({1, 4, 5, 6}, 343), t({4, 1, 2, 3}, 344)},
        fn({5, 6}, {.padding = "same", .dilation = {1, 2}, .groups = 2}),
        torch_grad_input("padding='same', dilation=(1, 2), groups=2", "1, 2, 5, 6")},
       // Stride 3 with a 2x2 kernel skips rows and columns 2 and 5: their gradient is zero.
-      {"conv2d_backward_input/unused_rows_unbatched",
+      {"unused_rows_unbatched",
        {t({2, 2, 2}, 345), t({2, 3, 2, 2}, 346)},
        fn(6, {.stride = 3}),
        torch_grad_input("stride=3", "3, 6, 6")},
@@ -218,15 +218,15 @@ std::vector<OpSample> backward_weight_samples() {
     };
   };
   return {
-      {"conv2d_backward_weight/stride2_pad1",
+      {"stride2_pad1",
        {t({2, 3, 5, 5}, 351), t({2, 4, 3, 3}, 352)},
        fn(3, {.stride = 2, .padding = 1}),
        torch_grad_weight("stride=2, padding=1", "4, 3, 3, 3")},
-      {"conv2d_backward_weight/groups_dilation_same",
+      {"groups_dilation_same",
        {t({1, 4, 5, 6}, 353), t({1, 4, 5, 6}, 354)},
        fn({2, 3}, {.padding = "same", .dilation = {1, 2}, .groups = 2}),
        torch_grad_weight("padding='same', dilation=(1, 2), groups=2", "4, 2, 2, 3")},
-      {"conv2d_backward_weight/valid_unbatched",
+      {"valid_unbatched",
        {t({2, 5, 4}, 355), t({3, 4, 2}, 356)},
        fn({2, 3}, {.padding = "valid"}),
        torch_grad_weight("padding='valid'", "3, 2, 2, 3")},

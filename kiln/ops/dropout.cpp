@@ -27,8 +27,8 @@ class DropoutOp final : public Op {
     if (!is_floating(x.dtype()))
       fail(name(), loc, "expected a floating-point input, but got {}", x.describe());
     if (mask.dtype() != DType::Bool || mask.shape() != x.shape())
-      fail(name(), loc, "expected a bool mask of the input's shape {}, but got {}",
-           x.describe(), mask.describe());
+      fail(name(), loc, "expected a bool mask of the input's shape {}, but got {}", x.describe(),
+           mask.describe());
     return {{x.shape(), x.dtype(), x.device()}};
   }
 
@@ -85,18 +85,22 @@ std::vector<Tensor> one(Tensor t) {
 
 KILN_REGISTER_OP_SAMPLES("dropout", [] {
   return std::vector<OpSample>{
-      {"p0", {sample_tensor({3, 4}, 401)},
+      {"p0",
+       {sample_tensor({3, 4}, 401)},
        [](const std::vector<Tensor>& in) { return one(dropout(in[0], 0.0, true)); },
        "F.dropout(a0, p=0.0)"},
-      {"eval", {sample_tensor({2, 3}, 402)},
+      {"eval",
+       {sample_tensor({2, 3}, 402)},
        [](const std::vector<Tensor>& in) { return one(dropout(in[0], 0.5, false)); },
        "F.dropout(a0, p=0.5, training=False)"},
-      {"p1", {sample_tensor({2, 3}, 403)},
+      {"p1",
+       {sample_tensor({2, 3}, 403)},
        [](const std::vector<Tensor>& in) { return one(dropout(in[0], 1.0, true)); },
        "F.dropout(a0, p=1.0)"},
       // PyTorch cannot reproduce kiln's mask: gradcheck only. The generator is created inside
       // fn with a fixed seed, so every call of gradcheck sees the same mask.
-      {"fixed_mask_gradcheck", {sample_tensor({4, 3}, 404).t()},
+      {"fixed_mask_gradcheck",
+       {sample_tensor({4, 3}, 404).t()},
        [](const std::vector<Tensor>& in) {
          Generator gen(1234);
          return one(dropout(in[0], 0.4, true, &gen));

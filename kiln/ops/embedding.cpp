@@ -82,9 +82,9 @@ class EmbeddingOp final : public Op {
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
-    return {embedding_backward(ctx.grads[0], ctx.inputs[1], ctx.input_metas[0].shape[0],
-                               padding_idx_),
-            Tensor()};
+    return {
+        embedding_backward(ctx.grads[0], ctx.inputs[1], ctx.input_metas[0].shape[0], padding_idx_),
+        Tensor()};
   }
 
  private:
@@ -108,7 +108,8 @@ class EmbeddingBackwardOp final : public Op {
       fail(name(), loc, "expected a floating-point grad, but got {}", g.describe());
     if (g.dim() != indices.dim() + 1 ||
         !std::equal(indices.shape().begin(), indices.shape().end(), g.shape().begin()))
-      fail(name(), loc, "expected grad of shape indices.shape + [D], but got grad {} for indices {}",
+      fail(name(), loc,
+           "expected grad of shape indices.shape + [D], but got grad {} for indices {}",
            g.describe(), indices.describe());
     if (num_weights_ < 0)
       fail(name(), loc, "expected num_weights >= 0, but got {} for grad {}", num_weights_,
@@ -200,6 +201,9 @@ Tensor long_tensor(std::vector<int64_t> values, Shape shape) {
   return tensor<int64_t>(values, shape);
 }
 
+// With a padding_idx in the indices the forward reads the padding row while its gradient is
+// zero by definition, which finite differences cannot confirm: those samples compare forward
+// values only. The zeroed rows are compared with PyTorch through embedding_backward's samples.
 KILN_REGISTER_OP_SAMPLES("embedding", [] {
   return std::vector<OpSample>{
       {"2d_indices_duplicates",
@@ -211,12 +215,14 @@ KILN_REGISTER_OP_SAMPLES("embedding", [] {
        {sample_tensor({4, 2}, 502), long_tensor({1, 3, 1, 0, 2}, {5})},
        [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1], 1)); },
        "F.embedding(a1, a0, padding_idx=1)",
-       {0}},
+       {0},
+       false},
       {"negative_padding_strided_weight",
        {sample_tensor({3, 4}, 503).t(), long_tensor({3, 0, 3, 2}, {2, 2})},
        [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1], -1)); },
        "F.embedding(a1, a0, padding_idx=-1)",
-       {0}},
+       {0},
+       false},
       {"zero_dim_index",
        {sample_tensor({4, 3}, 504), long_tensor({2}, {})},
        [](const std::vector<Tensor>& in) { return one(embedding(in[0], in[1])); },

@@ -41,16 +41,15 @@ Resize resolve(const char* op, const Shape& in, const InterpolateOptions& o, con
     fail(op, loc, "expected an input of rank 4 (N, C, H, W), but got {}",
          in == t.shape() ? t.describe() : shape_str(in) + " for " + t.describe());
   if (in[2] <= 0 || in[3] <= 0)
-    fail(op, loc, "expected non-empty spatial dims, but got input shape {} for {}",
-         shape_str(in), t.describe());
+    fail(op, loc, "expected non-empty spatial dims, but got input shape {} for {}", shape_str(in),
+         t.describe());
   Resize r;
   if (o.mode != "nearest" && o.mode != "bilinear")
     fail(op, loc, "expected mode \"nearest\" or \"bilinear\", but got \"{}\" for {}", o.mode,
          t.describe());
   r.bilinear = o.mode == "bilinear";
-  r.coordinate_mode = o.coordinate_mode.empty()
-                          ? (r.bilinear ? "pytorch_half_pixel" : "asymmetric")
-                          : o.coordinate_mode;
+  r.coordinate_mode = o.coordinate_mode.empty() ? (r.bilinear ? "pytorch_half_pixel" : "asymmetric")
+                                                : o.coordinate_mode;
   const std::string& c = r.coordinate_mode;
   const bool known = r.bilinear ? (c == "align_corners" || c == "half_pixel" ||
                                    c == "pytorch_half_pixel" || c == "asymmetric")
@@ -115,11 +114,11 @@ Taps make_taps(int64_t in, int64_t out, std::optional<double> factor, const Resi
   }
   // PyTorch copies when the sizes match, whatever the scale factor; ONNX's modes do not.
   const bool torch_mode = c == "align_corners" || c == "pytorch_half_pixel";
-  const double scale = c == "align_corners"
-                           ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1)
-                                      : 0.0)
-                       : factor ? 1.0 / *factor
-                                : static_cast<double>(in) / static_cast<double>(out);
+  const double scale =
+      c == "align_corners"
+          ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
+      : factor ? 1.0 / *factor
+               : static_cast<double>(in) / static_cast<double>(out);
   for (int64_t o = 0; o < out; ++o) {
     if (torch_mode && out == in) {
       t.i0[o] = t.i1[o] = o;
@@ -244,8 +243,8 @@ class InterpolateOp final : public Op {
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
-    return {interpolate_backward_resolved(ctx.grads[0], ctx.input_metas[0].shape, r_,
-                                          Loc::current())};
+    return {
+        interpolate_backward_resolved(ctx.grads[0], ctx.input_metas[0].shape, r_, Loc::current())};
   }
 
  private:
@@ -361,38 +360,47 @@ std::string torch_asymmetric(int64_t n, int64_t ih, int64_t iw, int64_t oh, int6
 KILN_REGISTER_OP_SAMPLES("interpolate", [] {
   const std::string f = "F.interpolate(a0, ";
   return std::vector<OpSample>{
-      {"nearest_size", {sample_tensor({1, 2, 4, 3}, 701)},
-       interp_fn(opts(Size{7, 5}, std::nullopt, "nearest")), f + "size=(7, 5), mode='nearest')"},
-      {"nearest_scale_strided", {permute(sample_tensor({2, 4, 3, 1}, 702), {0, 3, 2, 1})},
+      {"nearest_size",
+       {sample_tensor({1, 2, 4, 3}, 701)},
+       interp_fn(opts(Size{7, 5}, std::nullopt, "nearest")),
+       f + "size=(7, 5), mode='nearest')"},
+      {"nearest_scale_strided",
+       {permute(sample_tensor({2, 4, 3, 1}, 702), {0, 3, 2, 1})},
        interp_fn(opts(std::nullopt, Scale{2.0, 1.5}, "nearest")),
        f + "scale_factor=(2.0, 1.5), mode='nearest')"},
-      {"nearest_half_pixel", {sample_tensor({1, 1, 3, 5}, 703)},
+      {"nearest_half_pixel",
+       {sample_tensor({1, 1, 3, 5}, 703)},
        interp_fn(opts(Size{5, 3}, std::nullopt, "nearest", "half_pixel")),
        f + "size=(5, 3), mode='nearest-exact')"},
-      {"bilinear_align_corners", {sample_tensor({1, 2, 3, 4}, 704)},
+      {"bilinear_align_corners",
+       {sample_tensor({1, 2, 3, 4}, 704)},
        interp_fn(opts(Size{7, 5}, std::nullopt, "bilinear", "align_corners")),
        f + "size=(7, 5), mode='bilinear', align_corners=True)"},
-      {"bilinear_default_down", {sample_tensor({1, 2, 5, 4}, 705)},
+      {"bilinear_default_down",
+       {sample_tensor({1, 2, 5, 4}, 705)},
        interp_fn(opts(Size{3, 2}, std::nullopt, "bilinear")),
        f + "size=(3, 2), mode='bilinear', align_corners=False)"},
-      {"bilinear_scale_factor", {sample_tensor({2, 1, 3, 4}, 706)},
+      {"bilinear_scale_factor",
+       {sample_tensor({2, 1, 3, 4}, 706)},
        interp_fn(opts(std::nullopt, Scale{1.7, 0.6}, "bilinear", "pytorch_half_pixel")),
        f + "scale_factor=(1.7, 0.6), mode='bilinear', align_corners=False)"},
-      {"bilinear_asymmetric", {sample_tensor({1, 2, 3, 4}, 707)},
+      {"bilinear_asymmetric",
+       {sample_tensor({1, 2, 3, 4}, 707)},
        interp_fn(opts(Size{5, 7}, std::nullopt, "bilinear", "asymmetric")),
        torch_asymmetric(1, 3, 4, 5, 7)},
       // half_pixel differs from pytorch_half_pixel only for an output size of 1: H 4 -> 1
       // samples src = 1.5 (the mean of rows 1 and 2), W 3 -> 3 is the identity.
-      {"bilinear_half_pixel_size_one", {sample_tensor({1, 2, 4, 3}, 708)},
+      {"bilinear_half_pixel_size_one",
+       {sample_tensor({1, 2, 4, 3}, 708)},
        interp_fn(opts(Size{1, 3}, std::nullopt, "bilinear", "half_pixel")),
        "0.5 * (a0[:, :, 1:2] + a0[:, :, 2:3])"},
   };
 });
 
 std::string torch_interp_grad(const std::string& args, const std::string& input_shape) {
-  return "(lambda x: torch.autograd.grad(F.interpolate(x, " + args +
-         "), x, a0, create_graph=True)[0])(torch.zeros(" + input_shape +
-         ", dtype=a0.dtype, requires_grad=True))";
+  return "(lambda x, g: torch.autograd.grad(F.interpolate(x, " + args +
+         "), x, g, create_graph=True)[0])(torch.zeros(" + input_shape +
+         ", dtype=a0.dtype, requires_grad=True), a0)";
 }
 
 Fn interp_backward_fn(Shape input_shape, InterpolateOptions o) {
@@ -403,14 +411,18 @@ Fn interp_backward_fn(Shape input_shape, InterpolateOptions o) {
 
 KILN_REGISTER_OP_SAMPLES("interpolate_backward", [] {
   return std::vector<OpSample>{
-      {"bilinear_align_corners", {sample_tensor({1, 2, 5, 4}, 711)},
-       interp_backward_fn({1, 2, 3, 3}, opts(Size{5, 4}, std::nullopt, "bilinear", "align_corners")),
+      {"bilinear_align_corners",
+       {sample_tensor({1, 2, 5, 4}, 711)},
+       interp_backward_fn({1, 2, 3, 3},
+                          opts(Size{5, 4}, std::nullopt, "bilinear", "align_corners")),
        torch_interp_grad("size=(5, 4), mode='bilinear', align_corners=True", "1, 2, 3, 3")},
-      {"bilinear_default_scale", {sample_tensor({2, 1, 3, 6}, 712)},
+      {"bilinear_default_scale",
+       {sample_tensor({2, 1, 3, 6}, 712)},
        interp_backward_fn({2, 1, 5, 4}, opts(std::nullopt, Scale{0.7, 1.5}, "bilinear")),
        torch_interp_grad("scale_factor=(0.7, 1.5), mode='bilinear', align_corners=False",
                          "2, 1, 5, 4")},
-      {"nearest_size", {sample_tensor({1, 2, 5, 7}, 713)},
+      {"nearest_size",
+       {sample_tensor({1, 2, 5, 7}, 713)},
        interp_backward_fn({1, 2, 3, 3}, opts(Size{5, 7}, std::nullopt, "nearest")),
        torch_interp_grad("size=(5, 7), mode='nearest'", "1, 2, 3, 3")},
   };

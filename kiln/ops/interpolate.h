@@ -13,12 +13,18 @@ namespace kiln {
 // src. `scale` is 1 / scale_factor when a scale factor is given (PyTorch and ONNX use the given
 // factor, not in / out, even when out = floor(in * factor) makes them differ), else in / out.
 //
-//   coordinate_mode        src                                  PyTorch             ONNX Resize
-//   "align_corners"        o * (in - 1) / (out - 1), 0 if out=1  align_corners=True  align_corners
-//   "pytorch_half_pixel"   (o + 0.5) * scale - 0.5, 0 if out=1   align_corners=False pytorch_half_pixel
-//   "half_pixel"           (o + 0.5) * scale - 0.5               (none; equals the   half_pixel
-//                                                                 row above unless out = 1)
-//   "asymmetric"           o * scale                             (none for bilinear) asymmetric
+//   coordinate_mode       src                               PyTorch              ONNX Resize
+//   "align_corners"       o * (in - 1) / (out - 1)          align_corners=True   align_corners
+//                         (0 when out = 1)
+//   "pytorch_half_pixel"  (o + 0.5) * scale - 0.5           align_corners=False  pytorch_half_pixel
+//                         (0 when out = 1)
+//   "half_pixel"          (o + 0.5) * scale - 0.5           none (= the above    half_pixel
+//                                                           unless out = 1)
+//   "asymmetric"          o * scale                         none for bilinear    asymmetric
+//
+// Like PyTorch, the PyTorch modes (bilinear "align_corners" / "pytorch_half_pixel", nearest
+// "asymmetric") copy a dim whose output size equals its input size even when a scale factor
+// other than 1 gave that size (e.g. 5 * 1.1 floors to 5); the ONNX-only modes use the factor.
 //
 // mode "bilinear" clamps src below at 0 and interpolates linearly between floor(src) and the
 // next index (clamped to in - 1). It supports all four coordinate modes; the default is

@@ -75,8 +75,12 @@ void check_same_shape(const char* op, const Tensor& input, const Tensor& target,
 void check_factor(const char* op, const char* what, const Tensor& factor, const Tensor& like,
                   const Loc& loc) {
   if (!factor.defined()) return;
-  if (!is_floating(factor.dtype()) ||
-      broadcast_shapes(factor.shape(), like.shape(), op, loc) != like.shape())
+  bool ok = is_floating(factor.dtype()) && factor.dim() <= like.dim();
+  for (int64_t i = 1; ok && i <= factor.dim(); ++i) {
+    const int64_t f = factor.size(-i);
+    ok = f == 1 || f == like.size(-i);
+  }
+  if (!ok)
     fail(op, loc, "expected a floating-point {} that broadcasts to {}, but got {}", what,
          like.describe(), factor.describe());
 }
@@ -104,8 +108,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   if (beta == 0) return l1_loss(input, target, reduction, loc);
   const Tensor d = sub(input, target, loc);
   const Tensor a = abs(d, loc);
-  const Tensor l = where(lt(a, beta, loc), mul(mul(d, d, loc), 0.5 / beta, loc),
-                         sub(a, 0.5 * beta, loc), loc);
+  const Tensor l =
+      where(lt(a, beta, loc), mul(mul(d, d, loc), 0.5 / beta, loc), sub(a, 0.5 * beta, loc), loc);
   return reduce_loss(l, reduction, "smooth_l1_loss", loc);
 }
 
@@ -113,8 +117,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
                   const Loc& loc) {
   check_pair("huber_loss", input, target, loc);
   if (!(delta > 0))
-    fail("huber_loss", loc, "expected delta > 0, but got {} for input {}", delta,
-         input.describe());
+    fail("huber_loss", loc, "expected delta > 0, but got {} for input {}", delta, input.describe());
   const Tensor d = sub(input, target, loc);
   const Tensor a = abs(d, loc);
   const Tensor l = where(lt(a, delta, loc), mul(mul(d, d, loc), 0.5, loc),
@@ -184,32 +187,33 @@ std::vector<OpSample> pair_samples(
   };
   const std::string t = "F." + name + "(a0, a1" + extra;
   return {
-      {"mean", {sample_tensor({3, 4}, 401, low, high), sample_tensor({3, 4}, 402, low, high)},
-       call(Reduction::Mean), t + ")"},
+      {"mean",
+       {sample_tensor({3, 4}, 401, low, high), sample_tensor({3, 4}, 402, low, high)},
+       call(Reduction::Mean),
+       t + ")"},
       {"broadcast_none",
        {sample_tensor({3, 1}, 403, low, high), sample_tensor({4}, 404, low, high)},
-       call(Reduction::None), t + ", reduction='none')"},
+       call(Reduction::None),
+       t + ", reduction='none')"},
       {"transposed_sum",
        {sample_tensor({4, 3}, 405, low, high).t(), sample_tensor({3, 4}, 406, low, high)},
-       call(Reduction::Sum), t + ", reduction='sum')"},
+       call(Reduction::Sum),
+       t + ", reduction='sum')"},
   };
 }
 
 KILN_REGISTER_OP_SAMPLES("mse_loss", [] {
-  return pair_samples("mse_loss", -1, 1, [](auto& a, auto& b, Reduction r) {
-    return mse_loss(a, b, r);
-  });
+  return pair_samples("mse_loss", -1, 1,
+                      [](auto& a, auto& b, Reduction r) { return mse_loss(a, b, r); });
 });
 KILN_REGISTER_OP_SAMPLES("l1_loss", [] {
-  return pair_samples("l1_loss", -1, 1, [](auto& a, auto& b, Reduction r) {
-    return l1_loss(a, b, r);
-  });
+  return pair_samples("l1_loss", -1, 1,
+                      [](auto& a, auto& b, Reduction r) { return l1_loss(a, b, r); });
 });
 // Inputs in [-2, 2] put differences on both sides of beta / delta (kinks are improbable).
 KILN_REGISTER_OP_SAMPLES("smooth_l1_loss", [] {
-  auto s = pair_samples("smooth_l1_loss", -2, 2, [](auto& a, auto& b, Reduction r) {
-    return smooth_l1_loss(a, b, r);
-  });
+  auto s = pair_samples("smooth_l1_loss", -2, 2,
+                        [](auto& a, auto& b, Reduction r) { return smooth_l1_loss(a, b, r); });
   auto beta = pair_samples(
       "smooth_l1_loss", -2, 2,
       [](auto& a, auto& b, Reduction r) { return smooth_l1_loss(a, b, r, 0.5); }, ", beta=0.5");
@@ -218,9 +222,8 @@ KILN_REGISTER_OP_SAMPLES("smooth_l1_loss", [] {
   return s;
 });
 KILN_REGISTER_OP_SAMPLES("huber_loss", [] {
-  auto s = pair_samples("huber_loss", -2, 2, [](auto& a, auto& b, Reduction r) {
-    return huber_loss(a, b, r);
-  });
+  auto s = pair_samples("huber_loss", -2, 2,
+                        [](auto& a, auto& b, Reduction r) { return huber_loss(a, b, r); });
   auto delta = pair_samples(
       "huber_loss", -2, 2, [](auto& a, auto& b, Reduction r) { return huber_loss(a, b, r, 0.7); },
       ", delta=0.7");

@@ -230,8 +230,7 @@ class CrossEntropyOp final : public Op {
     } else {
       const Tensor valid = unsqueeze(ne(t, static_cast<double>(ignore_index_)), cd);
       const Tensor classes = reshape(
-          arange(static_cast<double>(cl.classes), TensorOptions{DType::Int64, x.device()}),
-          wshape);
+          arange(static_cast<double>(cl.classes), TensorOptions{DType::Int64, x.device()}), wshape);
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
       z = eps > 0 ? add(mul(onehot, 1 - eps), mul(to_dtype(valid, x.dtype()), uniform)) : onehot;
       denom = sum(has_weight ? mul(onehot, wv) : onehot);
@@ -292,8 +291,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight,
                 int64_t ignore_index, Reduction reduction, const Loc& loc) {
-  const ClassLayout cl = check_class_args("nll_loss", log_probs, target, weight, false,
-                                          ignore_index, reduction, loc);
+  const ClassLayout cl =
+      check_class_args("nll_loss", log_probs, target, weight, false, ignore_index, reduction, loc);
   if (!target.is_meta())
     check_target_values("nll_loss", target, cl.classes, ignore_index, log_probs, loc);
   const int64_t cd = cl.class_dim;
@@ -314,12 +313,13 @@ namespace reference {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
                      int64_t ignore_index, Reduction reduction, double label_smoothing,
                      const Loc& loc) {
-  const ClassLayout cl = check_class_args("cross_entropy", logits, target, weight, true,
-                                          ignore_index, reduction, loc);
+  const ClassLayout cl =
+      check_class_args("cross_entropy", logits, target, weight, true, ignore_index, reduction, loc);
   const int64_t cd = cl.class_dim;
   const double eps = label_smoothing, uniform = eps / static_cast<double>(cl.classes);
   const Tensor lp = log_softmax(logits, cd, loc);
-  const Tensor wv = weight.defined() ? reshape(weight, class_shape(cl, logits.dim()), loc) : Tensor();
+  const Tensor wv =
+      weight.defined() ? reshape(weight, class_shape(cl, logits.dim()), loc) : Tensor();
   if (cl.probs) {
     const Tensor z = eps > 0 ? add(mul(target, 1 - eps, loc), uniform, loc) : target;
     Tensor prod = mul(lp, z, loc);
@@ -360,15 +360,14 @@ OpSample ce_sample(std::string label, std::vector<Tensor> in, int64_t ignore_ind
   auto fn = [=](const std::vector<Tensor>& x) {
     return one(cross_entropy(x[0], x[1], weighted ? x[2] : Tensor(), ignore_index, reduction, eps));
   };
-  return {std::move(label), std::move(in), fn, "F.cross_entropy(" + torch + ")",
-          std::move(grads)};
+  return {std::move(label), std::move(in), fn, "F.cross_entropy(" + torch + ")", std::move(grads)};
 }
 
 KILN_REGISTER_OP_SAMPLES("cross_entropy", [] {
   const Tensor w4 = sample_tensor({4}, 304, 0.5, 2);
   return std::vector<OpSample>{
-      ce_sample("indices_mean", {sample_tensor({4, 5}, 301, -2, 2), longs({1, 0, 4, 2}, {4})},
-                -100, Reduction::Mean, 0.0, "a0, a1", {0}),
+      ce_sample("indices_mean", {sample_tensor({4, 5}, 301, -2, 2), longs({1, 0, 4, 2}, {4})}, -100,
+                Reduction::Mean, 0.0, "a0, a1", {0}),
       ce_sample("weight_ignore_sum",
                 {sample_tensor({5, 4}, 302, -2, 2), longs({0, 3, 1, 1, 2}, {5}), w4}, 1,
                 Reduction::Sum, 0.0, "a0, a1, weight=a2, ignore_index=1, reduction='sum'", {0}),
@@ -379,9 +378,10 @@ KILN_REGISTER_OP_SAMPLES("cross_entropy", [] {
       ce_sample("ignore_smoothing_mean",
                 {sample_tensor({3, 5}, 305, -2, 2).t(), longs({2, 0, 0, 1, 0}, {5})}, 0,
                 Reduction::Mean, 0.3, "a0, a1, ignore_index=0, label_smoothing=0.3", {0}),
-      ce_sample("spatial_smoothing_none",
-                {sample_tensor({2, 3, 2, 2}, 306, -2, 2), longs({0, 2, 1, 1, 2, 0, -100, 1}, {2, 2, 2})},
-                -100, Reduction::None, 0.2, "a0, a1, reduction='none', label_smoothing=0.2", {0}),
+      ce_sample(
+          "spatial_smoothing_none",
+          {sample_tensor({2, 3, 2, 2}, 306, -2, 2), longs({0, 2, 1, 1, 2, 0, -100, 1}, {2, 2, 2})},
+          -100, Reduction::None, 0.2, "a0, a1, reduction='none', label_smoothing=0.2", {0}),
       ce_sample("unbatched", {sample_tensor({5}, 307, -2, 2), longs({3}, {})}, -100,
                 Reduction::Mean, 0.0, "a0, a1", {0}),
       ce_sample("probs_weight_smoothing_mean",
@@ -414,10 +414,10 @@ KILN_REGISTER_OP_SAMPLES("nll_loss", [] {
                  {sample_tensor({5, 3}, 324, -3, -0.1), longs({0, 2, 1, 2, 1}, {5}),
                   sample_tensor({3}, 325, 0.5, 2)},
                  2, Reduction::Mean, "a0, a1, weight=a2, ignore_index=2"),
-      nll_sample("spatial_sum",
-                 {sample_tensor({2, 3, 2, 2}, 326, -3, -0.1),
-                  longs({0, 2, 1, 1, 2, 0, 0, 1}, {2, 2, 2})},
-                 -100, Reduction::Sum, "a0, a1, reduction='sum'"),
+      nll_sample(
+          "spatial_sum",
+          {sample_tensor({2, 3, 2, 2}, 326, -3, -0.1), longs({0, 2, 1, 1, 2, 0, 0, 1}, {2, 2, 2})},
+          -100, Reduction::Sum, "a0, a1, reduction='sum'"),
   };
 });
 

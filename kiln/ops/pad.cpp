@@ -3,8 +3,8 @@
 // so one strided kernel serves every mode and any number of padded dims.
 #include "kiln/ops/pad.h"
 
-#include <algorithm>
 #include <fmt/ranges.h>
+#include <algorithm>
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
@@ -33,8 +33,8 @@ std::string pads_str(const std::vector<int64_t>& pads) {
 
 // Validates pads against `in` and returns the padded shape. `t` is the tensor the caller passed
 // (x for pad, grad for pad_backward), for the error text.
-Shape padded_shape(const char* op, const Shape& in, const std::vector<int64_t>& pads,
-                   PadMode mode, const std::string& mode_name, const Tensor& t, const Loc& loc) {
+Shape padded_shape(const char* op, const Shape& in, const std::vector<int64_t>& pads, PadMode mode,
+                   const std::string& mode_name, const Tensor& t, const Loc& loc) {
   const int64_t rank = static_cast<int64_t>(in.size());
   const int64_t k = static_cast<int64_t>(pads.size()) / 2;
   if (pads.size() % 2 != 0 || k > rank)
@@ -48,11 +48,11 @@ Shape padded_shape(const char* op, const Shape& in, const std::vector<int64_t>& 
     const int64_t d = rank - 1 - j, before = pads[2 * j], after = pads[2 * j + 1];
     out[d] = in[d] + before + after;
     bool ok = out[d] >= 0;
-    if (mode == PadMode::kReflect) ok = before >= 0 && after >= 0 && before < in[d] && after < in[d];
+    if (mode == PadMode::kReflect)
+      ok = before >= 0 && after >= 0 && before < in[d] && after < in[d];
     if (mode == PadMode::kReplicate) ok = before >= 0 && after >= 0 && in[d] > 0;
     if (!ok)
-      fail(op, loc,
-           "expected {} pads {} valid for dim {} of size {} ({}), but got pads {} for {}",
+      fail(op, loc, "expected {} pads {} valid for dim {} of size {} ({}), but got pads {} for {}",
            mode_name, pads_str({before, after}), d, in[d],
            mode == PadMode::kReflect     ? "each pad in [0, size)"
            : mode == PadMode::kReplicate ? "pads >= 0 on a non-empty dim"
@@ -249,8 +249,7 @@ class PadBackwardOp final : public Op {
       fail(name(), loc, "expected a floating-point grad, but got {}", g.describe());
     Shape out = padded_shape(name(), input_shape_, pads_, m, mode_, g, loc);
     if (out != g.shape())
-      fail(name(), loc,
-           "expected grad of the padded shape {} (input {} with pads {}), but got {}",
+      fail(name(), loc, "expected grad of the padded shape {} (input {} with pads {}), but got {}",
            shape_str(out), shape_str(input_shape_), pads_str(pads_), g.describe());
     return {{input_shape_, g.dtype(), g.device()}};
   }
@@ -280,8 +279,8 @@ class PadBackwardOp final : public Op {
 
 }  // namespace
 
-Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode,
-           double value, const Loc& loc) {
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode, double value,
+           const Loc& loc) {
   return call_op<PadOp>({x}, loc, pads, mode, value);
 }
 
@@ -295,32 +294,47 @@ namespace {
 using Fn = OpSample::Fn;
 
 Fn pad_fn(std::vector<int64_t> pads, std::string mode, double value = 0.0) {
-  return [=](const std::vector<Tensor>& in) { return std::vector<Tensor>{pad(in[0], pads, mode, value)}; };
+  return [=](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{pad(in[0], pads, mode, value)};
+  };
 }
 
 KILN_REGISTER_OP_SAMPLES("pad", [] {
   return std::vector<OpSample>{
-      {"constant_negative_crops", {sample_tensor({2, 3, 4}, 601)}, pad_fn({1, -1, 2, 0}, "constant", 0.5),
+      {"constant_negative_crops",
+       {sample_tensor({2, 3, 4}, 601)},
+       pad_fn({1, -1, 2, 0}, "constant", 0.5),
        "F.pad(a0, (1, -1, 2, 0), value=0.5)"},
-      {"constant_three_dims", {sample_tensor({2, 3, 2}, 602)}, pad_fn({0, 1, 1, 0, 1, 1}, "constant"),
+      {"constant_three_dims",
+       {sample_tensor({2, 3, 2}, 602)},
+       pad_fn({0, 1, 1, 0, 1, 1}, "constant"),
        "F.pad(a0, (0, 1, 1, 0, 1, 1))"},
-      {"reflect_1d", {sample_tensor({2, 3, 5}, 603)}, pad_fn({2, 3}, "reflect"),
+      {"reflect_1d",
+       {sample_tensor({2, 3, 5}, 603)},
+       pad_fn({2, 3}, "reflect"),
        "F.pad(a0, (2, 3), mode='reflect')"},
-      {"reflect_2d", {sample_tensor({1, 2, 3, 4}, 604)}, pad_fn({1, 2, 2, 1}, "reflect"),
+      {"reflect_2d",
+       {sample_tensor({1, 2, 3, 4}, 604)},
+       pad_fn({1, 2, 2, 1}, "reflect"),
        "F.pad(a0, (1, 2, 2, 1), mode='reflect')"},
-      {"replicate_2d_strided", {permute(sample_tensor({2, 4, 3}, 605), {0, 2, 1})},
-       pad_fn({2, 1, 1, 3}, "replicate"), "F.pad(a0, (2, 1, 1, 3), mode='replicate')"},
-      {"replicate_1d", {sample_tensor({2, 3}, 606)}, pad_fn({3, 1}, "replicate"),
+      {"replicate_2d_strided",
+       {permute(sample_tensor({2, 4, 3}, 605), {0, 2, 1})},
+       pad_fn({2, 1, 1, 3}, "replicate"),
+       "F.pad(a0, (2, 1, 1, 3), mode='replicate')"},
+      {"replicate_1d",
+       {sample_tensor({2, 3}, 606)},
+       pad_fn({3, 1}, "replicate"),
        "F.pad(a0, (3, 1), mode='replicate')"},
   };
 });
 
 // PyTorch has no public pad_backward: the reference differentiates F.pad with create_graph so
-// that the gradient of the gradient is compared too.
+// that the gradient of the gradient is compared too. (An eval'd lambda sees only globals, so
+// a0 is passed in.)
 std::string torch_pad_grad(const std::string& pad_args, const std::string& input_shape) {
-  return "(lambda x: torch.autograd.grad(F.pad(x, " + pad_args +
-         "), x, a0, create_graph=True)[0])(torch.zeros(" + input_shape +
-         ", dtype=a0.dtype, requires_grad=True))";
+  return "(lambda x, g: torch.autograd.grad(F.pad(x, " + pad_args +
+         "), x, g, create_graph=True)[0])(torch.zeros(" + input_shape +
+         ", dtype=a0.dtype, requires_grad=True), a0)";
 }
 
 Fn pad_backward_fn(Shape input_shape, std::vector<int64_t> pads, std::string mode) {
@@ -331,13 +345,16 @@ Fn pad_backward_fn(Shape input_shape, std::vector<int64_t> pads, std::string mod
 
 KILN_REGISTER_OP_SAMPLES("pad_backward", [] {
   return std::vector<OpSample>{
-      {"reflect_2d", {sample_tensor({1, 2, 6, 7}, 611)},
+      {"reflect_2d",
+       {sample_tensor({1, 2, 6, 7}, 611)},
        pad_backward_fn({1, 2, 3, 4}, {1, 2, 2, 1}, "reflect"),
        torch_pad_grad("(1, 2, 2, 1), mode='reflect'", "1, 2, 3, 4")},
-      {"replicate_1d", {sample_tensor({2, 3, 9}, 612)},
+      {"replicate_1d",
+       {sample_tensor({2, 3, 9}, 612)},
        pad_backward_fn({2, 3, 5}, {3, 1}, "replicate"),
        torch_pad_grad("(3, 1), mode='replicate'", "2, 3, 5")},
-      {"constant_crop", {sample_tensor({2, 3, 4}, 613)},
+      {"constant_crop",
+       {sample_tensor({2, 3, 4}, 613)},
        pad_backward_fn({2, 1, 4}, {1, -1, 2, 0}, "constant"),
        torch_pad_grad("(1, -1, 2, 0)", "2, 1, 4")},
   };

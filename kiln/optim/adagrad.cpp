@@ -66,7 +66,7 @@ void Adagrad::update(const ParamGroup& group, const Tensor& param, const Tensor&
       p[i] = static_cast<T>(pi + neg_clr * gi / std_i);
     });
   });
-  out.finish("Adagrad.step");
+  out.finish("Adagrad.step", step_loc());
 }
 
 }  // namespace kiln::optim

@@ -17,11 +17,12 @@ struct AdagradOptions {
 // torch.optim.Adagrad:
 //   clr = lr / (1 + (t - 1) * lr_decay),  sum += g * g,  p -= clr * g / (sqrt(sum) + eps)
 // State per parameter: the step count t and "sum", created for every parameter when it joins
-// (filled with initial_accumulator_value), as PyTorch does.
+// (filled with initial_accumulator_value), as PyTorch does. Unlike PyTorch, which fills every
+// group's accumulators with the constructor's value, a group's own initial_accumulator_value is
+// used.
 class Adagrad final : public Optimizer {
  public:
-  Adagrad(std::vector<Tensor> params, AdagradOptions options = {},
-          const Loc& loc = Loc::current());
+  Adagrad(std::vector<Tensor> params, AdagradOptions options = {}, const Loc& loc = Loc::current());
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options = {},
           const Loc& loc = Loc::current());
   const char* name() const override { return "Adagrad"; }

@@ -8,12 +8,9 @@ namespace {
 
 template <class O>
 nlohmann::json adam_defaults(const O& o) {
-  return {{"lr", o.lr},
-          {"betas", {o.betas[0], o.betas[1]}},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"amsgrad", o.amsgrad},
-          {"maximize", o.maximize}};
+  return {{"lr", o.lr},           {"betas", {o.betas[0], o.betas[1]}},
+          {"eps", o.eps},         {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad}, {"maximize", o.maximize}};
 }
 
 std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
@@ -111,7 +108,7 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
       p[i] = static_cast<T>(pi + neg_step_size * mi / denom);
     });
   });
-  out.finish(decoupled ? "AdamW.step" : "Adam.step");
+  out.finish(decoupled ? "AdamW.step" : "Adam.step", step_loc());
 }
 
 }  // namespace kiln::optim

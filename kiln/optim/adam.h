@@ -51,8 +51,7 @@ class Adam : public Optimizer {
 class AdamW final : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options = {}, const Loc& loc = Loc::current());
-  AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {},
-        const Loc& loc = Loc::current());
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {}, const Loc& loc = Loc::current());
   const char* name() const override { return "AdamW"; }
 
  protected:

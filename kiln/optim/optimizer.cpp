@@ -41,18 +41,18 @@ Shape shape_from_json(const nlohmann::json& j, const std::string& op, const std:
 
 }  // namespace
 
-double ParamGroup::number(const std::string& key) const {
+double ParamGroup::number(const std::string& key, const Loc& loc) const {
   auto it = options.find(key);
   if (it == options.end() || !it->is_number())
-    fail("optim", Loc::current(), "expected a number for the option '{}', but got {}", key,
+    fail("optim", loc, "expected a number for the option '{}', but got {}", key,
          it == options.end() ? std::string("none") : it->dump());
   return it->get<double>();
 }
 
-bool ParamGroup::flag(const std::string& key) const {
+bool ParamGroup::flag(const std::string& key, const Loc& loc) const {
   auto it = options.find(key);
   if (it == options.end() || !it->is_boolean())
-    fail("optim", Loc::current(), "expected a bool for the option '{}', but got {}", key,
+    fail("optim", loc, "expected a bool for the option '{}', but got {}", key,
          it == options.end() ? std::string("none") : it->dump());
   return it->get<bool>();
 }
@@ -62,11 +62,11 @@ namespace detail {
 ParamBuffer::ParamBuffer(const Tensor& param)
     : param_(param), work_(param.is_contiguous() ? param : kiln::clone(param.detach())) {}
 
-void ParamBuffer::finish(const char* op) {
+void ParamBuffer::finish(const char* op, const Loc& loc) {
   if (!work_.is_same(param_))
-    param_.copy_(work_);  // bumps the version itself
+    param_.copy_(work_, loc);  // bumps the version itself
   else
-    param_.storage()->bump_version(op, Loc::current());
+    param_.storage()->bump_version(op, loc);
 }
 
 Tensor zeros_state(const Tensor& param, double value) {
@@ -128,8 +128,10 @@ void Optimizer::add_param_group(ParamGroup group, const Loc& loc) {
   for (size_t i = 0; i < group.params.size(); ++i) {
     const Tensor& p = group.params[i];
     if (!p.defined())
-      fail(op, loc, "expected parameter {} of group {} to be a defined tensor, but got an "
-           "undefined one", i, index);
+      fail(op, loc,
+           "expected parameter {} of group {} to be a defined tensor, but got an "
+           "undefined one",
+           i, index);
     if (!p.is_leaf() || !p.requires_grad())
       fail(op, loc,
            "expected parameter {} of group {} to be a leaf tensor that requires grad, but got "
@@ -150,17 +152,22 @@ void Optimizer::add_param_group(ParamGroup group, const Loc& loc) {
   state_.push_back(std::move(states));
 }
 
-const ParamState& Optimizer::state(size_t group, size_t param) const {
+const ParamState& Optimizer::state(size_t group, size_t param, const Loc& loc) const {
   if (group >= state_.size() || param >= state_[group].size())
-    fail(name(), Loc::current(), "expected a parameter index within the groups, but got group {} "
-         "parameter {}", group, param);
+    fail(name(), loc,
+         "expected a parameter index within the groups, but got group {} "
+         "parameter {}",
+         group, param);
   return state_[group][param];
 }
 
 void Optimizer::step(const Loc& loc) {
   NoGradGuard no_grad;
   const std::string op = std::string(name()) + ".step";
+  step_loc_ = loc;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    // Options may have been edited since the last step (schedulers, users): check them again.
+    validate(groups_[g].options, op, loc);
     if (groups_[g].params.size() != state_[g].size())
       fail(op, loc,
            "expected group {} to keep its {} parameters (add parameters with add_param_group), "
@@ -170,6 +177,12 @@ void Optimizer::step(const Loc& loc) {
       const Tensor& p = groups_[g].params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
+      for (const auto& [key, t] : state_[g][i].tensors)
+        if (t.shape() != p.shape() || t.dtype() != p.dtype())
+          fail(op, loc,
+               "expected parameter {} of group {} to keep the shape and dtype of its state "
+               "'{}' ({}), but got {} (replace parameters only with equal ones)",
+               i, g, key, t.describe(), p.describe());
       if (grad.shape() != p.shape() || grad.device() != p.device() || !is_floating(grad.dtype()))
         fail(op, loc,
              "expected the gradient of parameter {} of group {} to match the parameter {}, but "
@@ -267,8 +280,8 @@ void Optimizer::load_state_dict(const OptimizerState& sd, const Loc& loc) {
     const nlohmann::json& options = saved["options"];
     for (auto it = defaults_.begin(); it != defaults_.end(); ++it)
       if (!options.contains(it.key()))
-        fail(op, loc, "expected group {} to have the option '{}', but got options {}", g,
-             it.key(), keys_of(options));
+        fail(op, loc, "expected group {} to have the option '{}', but got options {}", g, it.key(),
+             keys_of(options));
     for (auto it = options.begin(); it != options.end(); ++it)
       if (!defaults_.contains(it.key()) && !kSchedulerKeys.count(it.key()))
         fail(op, loc, "expected options of {} ({}), but got the unknown option '{}' in group {}",
@@ -306,8 +319,10 @@ void Optimizer::load_state_dict(const OptimizerState& sd, const Loc& loc) {
           fail(op, loc, "expected the state tensor '{}', but got none", key);
         const Tensor& t = it->second;
         if (t.shape() != params[i].shape() || !is_floating(t.dtype()) || t.is_meta())
-          fail(op, loc, "expected the state tensor '{}' to be floating with the shape of {} ({}), "
-               "but got {}", key, where, params[i].describe(), t.describe());
+          fail(op, loc,
+               "expected the state tensor '{}' to be floating with the shape of {} ({}), "
+               "but got {}",
+               key, where, params[i].describe(), t.describe());
         expected_keys.insert(key);
         s.tensors[n.get<std::string>()] = t;
       }
@@ -315,8 +330,10 @@ void Optimizer::load_state_dict(const OptimizerState& sd, const Loc& loc) {
   }
   for (const auto& [key, t] : sd.tensors)
     if (!expected_keys.count(key))
-      fail(op, loc, "expected only the state tensors listed in the meta data, but got the "
-           "unexpected tensor '{}' ({})", key, t.describe());
+      fail(op, loc,
+           "expected only the state tensors listed in the meta data, but got the "
+           "unexpected tensor '{}' ({})",
+           key, t.describe());
 
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {

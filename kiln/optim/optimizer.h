@@ -18,11 +18,11 @@ struct ParamGroup {
   std::vector<Tensor> params;
   nlohmann::json options = nlohmann::json::object();
 
-  double lr() const { return number("lr"); }
+  double lr(const Loc& loc = Loc::current()) const { return number("lr", loc); }
   void set_lr(double lr) { options["lr"] = lr; }
   // The option `key` as a number / a bool; throws kiln::Error when it is missing or mistyped.
-  double number(const std::string& key) const;
-  bool flag(const std::string& key) const;
+  double number(const std::string& key, const Loc& loc = Loc::current()) const;
+  bool flag(const std::string& key, const Loc& loc = Loc::current()) const;
 };
 
 // What an optimizer keeps per parameter between steps.
@@ -62,7 +62,7 @@ class Optimizer {
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const nlohmann::json& defaults() const { return defaults_; }
-  const ParamState& state(size_t group, size_t param) const;
+  const ParamState& state(size_t group, size_t param, const Loc& loc = Loc::current()) const;
 
   OptimizerState state_dict() const;
   // Replaces hyperparameters and state with the snapshot's. Everything is validated before
@@ -84,11 +84,14 @@ class Optimizer {
                         const Loc& loc) const = 0;
   // Runs when a parameter joins; Adagrad creates its accumulator here, as PyTorch does.
   virtual void init_state(const ParamGroup&, const Tensor&, ParamState&) {}
+  // The call site of the running step(), recorded as the writer of the updated parameters.
+  const Loc& step_loc() const { return step_loc_; }
 
  private:
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // parallel to groups_[g].params
   nlohmann::json defaults_;
+  Loc step_loc_;
 };
 
 }  // namespace kiln::optim

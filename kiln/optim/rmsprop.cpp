@@ -68,7 +68,8 @@ void RMSprop::update(const ParamGroup& group, const Tensor& param, const Tensor&
       sq[i] = static_cast<T>(si);
       C avg;
       if (centered) {
-        const C ga = round_to<T>(std::fma(one_minus_a, gi, round_to<T>(static_cast<C>(gavg[i]) * a)));
+        const C ga =
+            round_to<T>(std::fma(one_minus_a, gi, round_to<T>(static_cast<C>(gavg[i]) * a)));
         gavg[i] = static_cast<T>(ga);
         avg = round_to<T>(std::sqrt(round_to<T>(si + C(-1) * ga * ga)));
       } else {
@@ -84,7 +85,7 @@ void RMSprop::update(const ParamGroup& group, const Tensor& param, const Tensor&
       }
     });
   });
-  out.finish("RMSprop.step");
+  out.finish("RMSprop.step", step_loc());
 }
 
 }  // namespace kiln::optim

@@ -23,8 +23,7 @@ struct RMSpropOptions {
 // State per parameter: "square_avg", "momentum_buffer" (momentum > 0), "grad_avg" (centered).
 class RMSprop final : public Optimizer {
  public:
-  RMSprop(std::vector<Tensor> params, RMSpropOptions options = {},
-          const Loc& loc = Loc::current());
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options = {}, const Loc& loc = Loc::current());
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options = {},
           const Loc& loc = Loc::current());
   const char* name() const override { return "RMSprop"; }

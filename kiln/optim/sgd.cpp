@@ -81,7 +81,7 @@ void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
       p[i] = static_cast<T>(std::fma(neg_lr, d, pi));
     });
   });
-  out.finish("SGD.step");
+  out.finish("SGD.step", step_loc());
 }
 
 }  // namespace kiln::optim

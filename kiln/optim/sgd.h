@@ -8,7 +8,7 @@ namespace kiln::optim {
 
 // torch.optim.SGD. lr has no default (as in PyTorch): give it here or in every group.
 struct SGDOptions {
-  std::optional<double> lr;
+  std::optional<double> lr = std::nullopt;  // required
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;

@@ -74,7 +74,7 @@ class ParamBuffer {
   T* data() const {
     return static_cast<T*>(work_.raw_data());
   }
-  void finish(const char* op);
+  void finish(const char* op, const Loc& loc);
 
  private:
   Tensor param_;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,7 +34,8 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 // The raw bytes of a tensor in row-major order.
@@ -121,7 +123,8 @@ TEST_F(SafetensorsTest, RoundTripsEveryDTypeBitExactInOrder) {
 }
 
 TEST_F(SafetensorsTest, FileLayoutIsTheSafetensorsFormat) {
-  Named tensors = {{"z", tensor<float>({1, 2, 3})}, {"a", tensor<uint8_t>({9})},
+  Named tensors = {{"z", tensor<float>({1, 2, 3})},
+                   {"a", tensor<uint8_t>({9})},
                    {"m", tensor<double>({4, 5}, Shape{1, 2})}};
   save_safetensors(path("b.safetensors"), tensors, {{"k", "v"}});
   std::vector<uint8_t> bytes = read_bytes(path("b.safetensors"));
@@ -147,9 +150,9 @@ TEST_F(SafetensorsTest, FileLayoutIsTheSafetensorsFormat) {
   save_safetensors(path("c.safetensors"), tensors);
   EXPECT_EQ(read_bytes(path("c.safetensors")), serialize_safetensors(tensors));
   EXPECT_EQ(read_bytes(path("c.safetensors")).size() % 8, 29u % 8);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(read_bytes(path("c.safetensors")).data()) + 8,
-                        9),
-            "{\"z\":{\"dt");
+  EXPECT_EQ(
+      std::string(reinterpret_cast<const char*>(read_bytes(path("c.safetensors")).data()) + 8, 9),
+      "{\"z\":{\"dt");
 }
 
 TEST_F(SafetensorsTest, ViewsAreWrittenContiguous) {
@@ -248,7 +251,9 @@ TEST_F(SafetensorsTest, InjectedFailureMidWriteKeepsThePreviousFile) {
     EXPECT_NE(msg.find(p), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::strerror(ENOSPC)), std::string::npos) << msg;
     EXPECT_NE(msg.find("test_safetensors.cpp"), std::string::npos) << msg;
-    if (std::string(step) == "write") EXPECT_EQ(writes, 3);
+    if (std::string(step) == "write") {
+      EXPECT_EQ(writes, 3);
+    }
     EXPECT_EQ(read_bytes(p), old);
     EXPECT_EQ(files(), std::vector<std::string>{"ckpt.safetensors"});  // temp removed
   }
@@ -318,8 +323,13 @@ TEST_F(SafetensorsTest, AtomicFileDiscardsUncommittedWrites) {
 // Debian's interpreter (python3-torch); the first python3 on PATH does not see Debian's packages.
 constexpr const char* kPython = "/usr/bin/python3";
 
+// Single-quoted for the shell (the paths here never contain a quote).
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
 std::string script_path() {
-  return (fs::path(__FILE__).parent_path() / "torch_interop.py").string();
+  return quoted((fs::path(__FILE__).parent_path() / "torch_interop.py").string());
 }
 
 // Runs a command, returns its exit status and appends its output to `out`.
@@ -372,8 +382,8 @@ TEST_F(SafetensorsTest, TorchReadsWhatKilnWrites) {
                                {"values", values_json(t)}});
   std::ofstream(path("k.json")) << side.dump();
   std::string out;
-  int rc = run(std::string(kPython) + " " + script_path() + " check " + path("k.safetensors") +
-                   " " + path("k.json"),
+  int rc = run(std::string(kPython) + " " + script_path() + " check " +
+                   quoted(path("k.safetensors")) + " " + quoted(path("k.json")),
                out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("OK 12 tensors"), std::string::npos) << out;
@@ -382,8 +392,8 @@ TEST_F(SafetensorsTest, TorchReadsWhatKilnWrites) {
 TEST_F(SafetensorsTest, KilnReadsWhatTorchWrites) {
   ASSERT_NO_FATAL_FAILURE(require_torch());
   std::string out;
-  int rc = run(std::string(kPython) + " " + script_path() + " write " + path("t.safetensors") +
-                   " " + path("t.json"),
+  int rc = run(std::string(kPython) + " " + script_path() + " write " +
+                   quoted(path("t.safetensors")) + " " + quoted(path("t.json")),
                out);
   ASSERT_EQ(rc, 0) << out;
   SafetensorsFile f = load_safetensors(path("t.safetensors"));

@@ -130,8 +130,11 @@ TEST(Dropout, MetaDrawsNothing) {
 }
 
 TEST(Dropout, Errors) {
-  expect_error([] { dropout(zeros({2, 3}), 1.5, true); },
-               {"[dropout]", "p in [0, 1]", "1.5", "float32[2, 3]", "test_dropout.cpp"});
+  expect_error(
+      [] {
+        dropout(zeros({2, 3}), 1.5, true);
+      },
+      {"[dropout]", "p in [0, 1]", "1.5", "float32[2, 3]", "test_dropout.cpp"});
   expect_error([] { dropout(zeros({2}), -0.1, false); },
                {"[dropout]", "-0.1", "float32[2]", "test_dropout.cpp"});
   expect_error([] { dropout(zeros({2}), NAN, true); }, {"[dropout]", "nan", "test_dropout.cpp"});

@@ -62,7 +62,7 @@ TEST(Embedding, GradientAddsDuplicatesAndSkipsPadding) {
 
 TEST(Embedding, Gradchecks) {
   Tensor i = idx({0, 2, 2, 1}, {2, 2});
-  auto f = [i](const std::vector<Tensor>& in) { return std::vector{embedding(in[0], i, 2)}; };
+  auto f = [i](const std::vector<Tensor>& in) { return std::vector{embedding(in[0], i)}; };
   EXPECT_TRUE(gradcheck(f, {sample_tensor({3, 2}, 1)}));
   auto b = [i](const std::vector<Tensor>& in) {
     return std::vector{embedding_backward(in[0], i, 3, 0)};
@@ -73,20 +73,38 @@ TEST(Embedding, Gradchecks) {
 }
 
 TEST(Embedding, Errors) {
-  expect_error([] { embedding(zeros({5, 3}), idx({0, 7, 1}, {3})); },
-               {"[embedding]", "got index 7", "V = 5", "float32[5, 3]", "test_embedding.cpp"});
-  expect_error([] { embedding(zeros({5, 3}), idx({-1}, {1})); },
-               {"[embedding]", "got index -1", "V = 5", "test_embedding.cpp"});
-  expect_error([] { embedding(zeros({5, 3}), tensor<int32_t>({1, 2})); },
-               {"[embedding]", "int64 indices", "int32[2]", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding(zeros({5, 3}), idx({0, 7, 1}, {3}));
+      },
+      {"[embedding]", "got index 7", "V = 5", "float32[5, 3]", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding(zeros({5, 3}), idx({-1}, {1}));
+      },
+      {"[embedding]", "got index -1", "V = 5", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding(zeros({5, 3}), tensor<int32_t>({1, 2}));
+      },
+      {"[embedding]", "int64 indices", "int32[2]", "test_embedding.cpp"});
   expect_error([] { embedding(zeros({5}), idx({1}, {1})); },
                {"[embedding]", "rank 2", "float32[5]", "test_embedding.cpp"});
-  expect_error([] { embedding(zeros({5, 3}), idx({1}, {1}), 5); },
-               {"[embedding]", "padding_idx", "got 5", "test_embedding.cpp"});
-  expect_error([] { embedding_backward(zeros({3, 2}), idx({0, 1}, {2}), 4); },
-               {"[embedding_backward]", "float32[3, 2]", "int64[2]", "test_embedding.cpp"});
-  expect_error([] { embedding_backward(zeros({2, 2}), idx({0, 4}, {2}), 4); },
-               {"[embedding_backward]", "got index 4", "V = 4", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding(zeros({5, 3}), idx({1}, {1}), 5);
+      },
+      {"[embedding]", "padding_idx", "got 5", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding_backward(zeros({3, 2}), idx({0, 1}, {2}), 4);
+      },
+      {"[embedding_backward]", "float32[3, 2]", "int64[2]", "test_embedding.cpp"});
+  expect_error(
+      [] {
+        embedding_backward(zeros({2, 2}), idx({0, 4}, {2}), 4);
+      },
+      {"[embedding_backward]", "got index 4", "V = 4", "test_embedding.cpp"});
 }
 
 TEST(Embedding, MetaShapes) {

@@ -68,10 +68,9 @@ TEST(Interpolate, BilinearCoordinateModes) {
   expect_near(interpolate(x, size_opts(1, 3, "bilinear", "align_corners")), {0, 0.5, 1}, 1e-15);
   // Default = pytorch_half_pixel: src = (o + 0.5) * 2 / 4 - 0.5, clamped at 0.
   expect_near(interpolate(x, size_opts(1, 4, "bilinear")), {0, 0.25, 0.75, 1}, 1e-15);
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "pytorch_half_pixel")),
-              {0, 0.25, 0.75, 1}, 1e-15);
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "half_pixel")), {0, 0.25, 0.75, 1},
+  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "pytorch_half_pixel")), {0, 0.25, 0.75, 1},
               1e-15);
+  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "half_pixel")), {0, 0.25, 0.75, 1}, 1e-15);
   expect_near(interpolate(x, size_opts(1, 4, "bilinear", "asymmetric")), {0, 0.5, 1, 1}, 1e-15);
   // Output size 1: pytorch_half_pixel samples index 0, half_pixel the centre.
   Tensor c = tensor<double>({0, 1, 2, 3}, Shape{1, 1, 1, 4});
@@ -89,8 +88,8 @@ TEST(Interpolate, ScaleFactorDrivesCoordinates) {
   EXPECT_NE(onnx.to_vector<double>(), x.to_vector<double>());
   // Width 4 -> 8 with factor 2: asymmetric src = o / 2.
   Tensor r = tensor<double>({0, 2, 4, 6}, Shape{1, 1, 1, 4});
-  expect_near(interpolate(r, scale_opts(1, 2, "bilinear", "asymmetric")),
-              {0, 1, 2, 3, 4, 5, 6, 6}, 1e-15);
+  expect_near(interpolate(r, scale_opts(1, 2, "bilinear", "asymmetric")), {0, 1, 2, 3, 4, 5, 6, 6},
+              1e-15);
 }
 
 TEST(Interpolate, StridedAndFloat32) {
@@ -135,8 +134,11 @@ TEST(Interpolate, Gradchecks) {
 }
 
 TEST(Interpolate, Errors) {
-  expect_error([] { interpolate(zeros({2, 3, 4}), size_opts(2, 2, "nearest")); },
-               {"[interpolate]", "rank 4", "float32[2, 3, 4]", "test_interpolate.cpp"});
+  expect_error(
+      [] {
+        interpolate(zeros({2, 3, 4}), size_opts(2, 2, "nearest"));
+      },
+      {"[interpolate]", "rank 4", "float32[2, 3, 4]", "test_interpolate.cpp"});
   expect_error(
       [] {
         InterpolateOptions o = size_opts(2, 2, "bilinear");
@@ -145,19 +147,35 @@ TEST(Interpolate, Errors) {
       },
       {"[interpolate]", "exactly one of size and scale_factor", "both", "float32[1, 1, 2, 2]",
        "test_interpolate.cpp"});
-  expect_error([] { interpolate(zeros({1, 1, 2, 2}), size_opts(2, 2, "bicubic")); },
-               {"[interpolate]", "\"bicubic\"", "test_interpolate.cpp"});
-  expect_error([] { interpolate(zeros({1, 1, 2, 2}), size_opts(2, 2, "nearest", "align_corners")); },
-               {"[interpolate]", "\"align_corners\"", "\"nearest\"", "test_interpolate.cpp"});
-  expect_error([] { interpolate(zeros({1, 1, 2, 2}), scale_opts(-1, 2, "nearest")); },
-               {"[interpolate]", "positive finite", "test_interpolate.cpp"});
-  expect_error([] { interpolate(zeros({1, 1, 2, 2}), scale_opts(0.2, 2, "nearest")); },
-               {"[interpolate]", "output size > 0", "(0, 4)", "test_interpolate.cpp"});
   expect_error(
-      [] { interpolate(zeros({1, 1, 2, 2}, {DType::Int64}), size_opts(3, 3, "bilinear")); },
+      [] {
+        interpolate(zeros({1, 1, 2, 2}), size_opts(2, 2, "bicubic"));
+      },
+      {"[interpolate]", "\"bicubic\"", "test_interpolate.cpp"});
+  expect_error(
+      [] {
+        interpolate(zeros({1, 1, 2, 2}), size_opts(2, 2, "nearest", "align_corners"));
+      },
+      {"[interpolate]", "\"align_corners\"", "\"nearest\"", "test_interpolate.cpp"});
+  expect_error(
+      [] {
+        interpolate(zeros({1, 1, 2, 2}), scale_opts(-1, 2, "nearest"));
+      },
+      {"[interpolate]", "positive finite", "test_interpolate.cpp"});
+  expect_error(
+      [] {
+        interpolate(zeros({1, 1, 2, 2}), scale_opts(0.2, 2, "nearest"));
+      },
+      {"[interpolate]", "output size > 0", "(0, 4)", "test_interpolate.cpp"});
+  expect_error(
+      [] {
+        interpolate(zeros({1, 1, 2, 2}, {DType::Int64}), size_opts(3, 3, "bilinear"));
+      },
       {"[interpolate]", "floating-point", "int64[1, 1, 2, 2]", "test_interpolate.cpp"});
   expect_error(
-      [] { interpolate_backward(zeros({1, 1, 3, 3}), {1, 1, 2, 2}, size_opts(4, 4, "nearest")); },
+      [] {
+        interpolate_backward(zeros({1, 1, 3, 3}), {1, 1, 2, 2}, size_opts(4, 4, "nearest"));
+      },
       {"[interpolate_backward]", "[1, 1, 4, 4]", "float32[1, 1, 3, 3]", "test_interpolate.cpp"});
 }
 

@@ -102,8 +102,8 @@ std::vector<CeCase> ce_cases() {
   return {
       {"plain", sample_tensor({5, 4}, 1, -3, 3), longs({0, 3, 1, 2, 3}, {5}), Tensor(), -100, 0},
       {"weight_ignore", sample_tensor({5, 4}, 2, -3, 3), longs({0, 3, 1, 1, 2}, {5}), w4, 1, 0},
-      {"weight_ignore_smooth", sample_tensor({5, 4}, 3, -3, 3), longs({0, 3, 1, 1, 2}, {5}), w4,
-       1, 0.2},
+      {"weight_ignore_smooth", sample_tensor({5, 4}, 3, -3, 3), longs({0, 3, 1, 1, 2}, {5}), w4, 1,
+       0.2},
       {"ignore_smooth", sample_tensor({5, 4}, 4, -3, 3), longs({0, 3, 1, 1, 2}, {5}), Tensor(), 3,
        0.25},
       {"spatial", sample_tensor({2, 3, 2, 3}, 5, -3, 3),
@@ -165,8 +165,8 @@ TEST(CrossEntropy, Gradcheck) {
       std::vector<Tensor> in{c.x, c.target};
       if (c.weight.defined()) in.push_back(c.weight);
       auto fn = [&](const std::vector<Tensor>& v) {
-        return std::vector<Tensor>{cross_entropy(v[0], v[1], v.size() > 2 ? v[2] : Tensor(),
-                                                 c.ignore_index, r, c.eps)};
+        return std::vector<Tensor>{
+            cross_entropy(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), c.ignore_index, r, c.eps)};
       };
       EXPECT_TRUE(gradcheck(fn, in, all));
       EXPECT_TRUE(gradgradcheck(fn, in, all));
@@ -175,39 +175,62 @@ TEST(CrossEntropy, Gradcheck) {
 }
 
 TEST(CrossEntropy, Errors) {
-  expect_error([] { cross_entropy(zeros({8, 10}), longs(std::vector<int64_t>(8, 0), {8, 1})); },
-               {"[cross_entropy]", "expected target of shape [8] for input float32[8, 10]",
-                "but got int64[8, 1]", "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), longs({0, 4, 1}, {3})); },
-               {"[cross_entropy]", "got 4 at position 1", "C = 4", "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), longs({0, -1, 1}, {3})); },
-               {"[cross_entropy]", "got -1", "[0, 4)", "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), zeros({3})); },
-               {"[cross_entropy]", "int64 class indices of shape [3]", "float32[3]",
-                "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), zeros({3, 4}, {DType::Float64})); },
-               {"[cross_entropy]", "float32[3, 4]", "float64[3, 4]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({8, 10}), longs(std::vector<int64_t>(8, 0), {8, 1}));
+      },
+      {"[cross_entropy]", "expected target of shape [8] for input float32[8, 10]",
+       "but got int64[8, 1]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), longs({0, 4, 1}, {3}));
+      },
+      {"[cross_entropy]", "got 4 at position 1", "C = 4", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), longs({0, -1, 1}, {3}));
+      },
+      {"[cross_entropy]", "got -1", "[0, 4)", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), zeros({3}));
+      },
+      {"[cross_entropy]", "int64 class indices of shape [3]", "float32[3]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), zeros({3, 4}, {DType::Float64}));
+      },
+      {"[cross_entropy]", "float32[3, 4]", "float64[3, 4]", "test_loss.cpp"});
   expect_error(
       [] {
         cross_entropy(zeros({3, 4}), tensor<int32_t>({0, 1, 2}));
       },
       {"[cross_entropy]", "int32[3]", "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), longs({0, 1, 2}, {3}), zeros({3})); },
-               {"[cross_entropy]", "weight of shape [4]", "float32[3]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), longs({0, 1, 2}, {3}), zeros({3}));
+      },
+      {"[cross_entropy]", "weight of shape [4]", "float32[3]", "test_loss.cpp"});
   expect_error(
       [] {
         cross_entropy(zeros({3, 4}), longs({0, 1, 2}, {3}), Tensor(), -100, Reduction::Mean, 1.5);
       },
       {"[cross_entropy]", "label_smoothing in [0, 1]", "1.5", "test_loss.cpp"});
-  expect_error([] { cross_entropy(zeros({3, 4}), zeros({3, 4}), Tensor(), 0); },
-               {"[cross_entropy]", "ignore_index 0", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(zeros({3, 4}), zeros({3, 4}), Tensor(), 0);
+      },
+      {"[cross_entropy]", "ignore_index 0", "test_loss.cpp"});
   expect_error(
       [] {
         cross_entropy(zeros({3, 4}), longs({0, 1, 2}, {3}), Tensor(), -100, Reduction::BatchMean);
       },
       {"[cross_entropy]", "batchmean", "test_loss.cpp"});
-  expect_error([] { cross_entropy(longs({0, 1}, {1, 2}), longs({0}, {1})); },
-               {"[cross_entropy]", "floating-point input", "int64[1, 2]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        cross_entropy(longs({0, 1}, {1, 2}), longs({0}, {1}));
+      },
+      {"[cross_entropy]", "floating-point input", "int64[1, 2]", "test_loss.cpp"});
 }
 
 TEST(CrossEntropy, MetaInference) {
@@ -234,13 +257,21 @@ TEST(NllLoss, HandComputedValues) {
 }
 
 TEST(NllLoss, Errors) {
-  expect_error([] { nll_loss(zeros({2, 3}), longs({0, 3}, {2})); },
-               {"[nll_loss]", "got 3 at position 1", "C = 3", "test_loss.cpp"});
-  expect_error([] { nll_loss(zeros({2, 3}), zeros({2, 3})); },
-               {"[nll_loss]", "int64 class indices of shape [2]", "float32[2, 3]",
-                "test_loss.cpp"});
-  expect_error([] { nll_loss(zeros({2, 3, 4}), longs({0, 1}, {2})); },
-               {"[nll_loss]", "shape [2, 4]", "float32[2, 3, 4]", "int64[2]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        nll_loss(zeros({2, 3}), longs({0, 3}, {2}));
+      },
+      {"[nll_loss]", "got 3 at position 1", "C = 3", "test_loss.cpp"});
+  expect_error(
+      [] {
+        nll_loss(zeros({2, 3}), zeros({2, 3}));
+      },
+      {"[nll_loss]", "int64 class indices of shape [2]", "float32[2, 3]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        nll_loss(zeros({2, 3, 4}), longs({0, 1}, {2}));
+      },
+      {"[nll_loss]", "shape [2, 4]", "float32[2, 3, 4]", "int64[2]", "test_loss.cpp"});
 }
 
 TEST(RegressionLosses, HandComputedValues) {
@@ -255,20 +286,22 @@ TEST(RegressionLosses, HandComputedValues) {
   expect_near(huber_loss(a, b, Reduction::None, 0.5), {0.125, 0, 0.875, 0.875}, 1e-12);
   expect_near(huber_loss(a, b, Reduction::None, 4.0), {0.125, 0, 2, 2}, 1e-12);
   // Broadcasting and promotion follow sub().
-  Tensor m = mse_loss(tensor<float>({1, 2}, Shape{2, 1}), tensor<double>({0, 1, 2}),
-                      Reduction::None);
+  Tensor m =
+      mse_loss(tensor<float>({1, 2}, Shape{2, 1}), tensor<double>({0, 1, 2}), Reduction::None);
   EXPECT_EQ(m.shape(), (Shape{2, 3}));
   EXPECT_EQ(m.dtype(), DType::Float64);
   expect_near(m, {1, 0, 1, 4, 1, 0}, 1e-12);
   // Strided input.
   Tensor s = sample_tensor({4, 3}, 3);
-  expect_close(l1_loss(s.t(), zeros({3, 4}, {DType::Float64}), Reduction::Sum),
-               sum(abs(s)), 1e-12);
+  expect_close(l1_loss(s.t(), zeros({3, 4}, {DType::Float64}), Reduction::Sum), sum(abs(s)), 1e-12);
 }
 
 TEST(RegressionLosses, Errors) {
-  expect_error([] { mse_loss(zeros({2, 3}), zeros({4})); },
-               {"[mse_loss]", "[2, 3]", "[4]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        mse_loss(zeros({2, 3}), zeros({4}));
+      },
+      {"[mse_loss]", "[2, 3]", "[4]", "test_loss.cpp"});
   expect_error([] { l1_loss(longs({1}, {1}), zeros({1})); },
                {"[l1_loss]", "floating-point", "int64[1]", "test_loss.cpp"});
   expect_error([] { smooth_l1_loss(zeros({2}), zeros({2}), Reduction::Mean, -1); },
@@ -288,19 +321,19 @@ TEST(BinaryCrossEntropy, HandComputedValues) {
   expect_near(binary_cross_entropy(p, t, w, Reduction::Sum),
               {-2 * std::log(0.25) - 0.5 * std::log(0.1)}, 1e-12);
   // Logs are clamped at -100 (PyTorch): p = 0 with t = 1 costs 100, not inf.
-  expect_near(binary_cross_entropy(tensor<double>({0.0, 1.0}), tensor<double>({1.0, 0.0}),
-                                   Tensor(), Reduction::None),
+  expect_near(binary_cross_entropy(tensor<double>({0.0, 1.0}), tensor<double>({1.0, 0.0}), Tensor(),
+                                   Reduction::None),
               {100, 100}, 1e-12);
 }
 
 TEST(BinaryCrossEntropy, WithLogitsIsStableAndMatchesSigmoid) {
   Tensor x = sample_tensor({3, 4}, 31, -4, 4);
   Tensor t = sample_tensor({3, 4}, 32, 0, 1);
-  expect_close(binary_cross_entropy_with_logits(x, t),
-               binary_cross_entropy(sigmoid(x), t), 1e-12);
+  expect_close(binary_cross_entropy_with_logits(x, t), binary_cross_entropy(sigmoid(x), t), 1e-12);
   Tensor pw = sample_tensor({4}, 33, 0.5, 3);
   Tensor with_pw = binary_cross_entropy_with_logits(x, t, Tensor(), pw, Reduction::None);
-  Tensor manual = neg(add(mul(mul(pw, t), log(sigmoid(x))), mul(sub(1.0, t), log(sigmoid(neg(x))))));
+  Tensor manual =
+      neg(add(mul(mul(pw, t), log(sigmoid(x))), mul(sub(1.0, t), log(sigmoid(neg(x))))));
   expect_close(with_pw, manual, 1e-12);
   // Huge logits: finite losses (|x| where wrong, ~0 where right) and finite gradients.
   Tensor big = tensor<float>({-200, 200, 300, -300}).set_requires_grad(true);
@@ -316,11 +349,16 @@ TEST(BinaryCrossEntropy, WithLogitsIsStableAndMatchesSigmoid) {
 }
 
 TEST(BinaryCrossEntropy, Errors) {
-  expect_error([] { binary_cross_entropy(zeros({2, 3}), zeros({3})); },
-               {"[binary_cross_entropy]", "same shape", "float32[2, 3]", "float32[3]",
-                "test_loss.cpp"});
-  expect_error([] { binary_cross_entropy(zeros({2, 3}), zeros({2, 3}), zeros({2, 3, 1})); },
-               {"[binary_cross_entropy]", "float32[2, 3, 1]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        binary_cross_entropy(zeros({2, 3}), zeros({3}));
+      },
+      {"[binary_cross_entropy]", "same shape", "float32[2, 3]", "float32[3]", "test_loss.cpp"});
+  expect_error(
+      [] {
+        binary_cross_entropy(zeros({2, 3}), zeros({2, 3}), zeros({2, 3, 1}));
+      },
+      {"[binary_cross_entropy]", "float32[2, 3, 1]", "test_loss.cpp"});
   expect_error(
       [] {
         binary_cross_entropy_with_logits(zeros({2, 3}), zeros({2, 3}), Tensor(), zeros({4}));
@@ -331,8 +369,7 @@ TEST(BinaryCrossEntropy, Errors) {
 TEST(KlDiv, HandComputedValues) {
   Tensor in = tensor<double>({-1.0, -2.0, -0.5, -3.0}, Shape{2, 2});
   Tensor t = tensor<double>({0.25, 0.75, 0.0, 1.0}, Shape{2, 2});
-  std::vector<double> want = {0.25 * (std::log(0.25) + 1), 0.75 * (std::log(0.75) + 2), 0.0,
-                              3.0};
+  std::vector<double> want = {0.25 * (std::log(0.25) + 1), 0.75 * (std::log(0.75) + 2), 0.0, 3.0};
   expect_near(kl_div(in, t, Reduction::None), want, 1e-12);
   const double total = want[0] + want[1] + want[2] + want[3];
   expect_near(kl_div(in, t, Reduction::BatchMean), {total / 2}, 1e-12);
@@ -358,8 +395,8 @@ TEST(Reduction, Strings) {
 TEST(Losses, RegistrySamplesGradgrad) {
   // Second derivatives of every registered loss sample (the composites and the fused op).
   for (const OpInfo& info : registered_ops()) {
-    if (info.name.find("loss") == std::string::npos && info.name.find("entropy") == std::string::npos &&
-        info.name != "kl_div")
+    if (info.name.find("loss") == std::string::npos &&
+        info.name.find("entropy") == std::string::npos && info.name != "kl_div")
       continue;
     for (const OpSample& s : info.samples()) {
       SCOPED_TRACE(info.name + "/" + s.label);

@@ -123,19 +123,25 @@ TEST(BatchNorm, Errors) {
   expect_error([] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
                {"[batch_norm]", "rank >= 2", "float32[4]", "test_norm.cpp"});
   expect_error(
-      [] { batch_norm(zeros({4, 3}), zeros({2}), ones({3}), Tensor(), Tensor(), true); },
+      [] {
+        batch_norm(zeros({4, 3}), zeros({2}), ones({3}), Tensor(), Tensor(), true);
+      },
       {"[batch_norm]", "running_mean", "float32[2]", "float32[4, 3]", "test_norm.cpp"});
-  expect_error([] { batch_norm(zeros({4, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); },
-               {"[batch_norm]", "evaluation mode", "float32[4, 3]", "test_norm.cpp"});
   expect_error(
       [] {
-        batch_norm(zeros({4, 3}), Tensor(), Tensor(), zeros({3}, {DType::Float64}), Tensor(),
-                   true);
+        batch_norm(zeros({4, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false);
+      },
+      {"[batch_norm]", "evaluation mode", "float32[4, 3]", "test_norm.cpp"});
+  expect_error(
+      [] {
+        batch_norm(zeros({4, 3}), Tensor(), Tensor(), zeros({3}, {DType::Float64}), Tensor(), true);
       },
       {"[batch_norm]", "weight", "float64[3]", "float32[4, 3]", "test_norm.cpp"});
-  expect_error([] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-               {"[batch_norm]", "more than 1 value per channel", "float32[1, 3]",
-                "test_norm.cpp"});
+  expect_error(
+      [] {
+        batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      {"[batch_norm]", "more than 1 value per channel", "float32[1, 3]", "test_norm.cpp"});
   expect_error(
       [] {
         batch_norm(zeros({2, 3}, {DType::Int64}), Tensor(), Tensor(), Tensor(), Tensor(), true);
@@ -185,12 +191,21 @@ TEST(LayerNorm, Gradgradcheck) {
 }
 
 TEST(LayerNorm, Errors) {
-  expect_error([] { layer_norm(zeros({2, 3}), {2}); },
-               {"[layer_norm]", "normalized_shape [2]", "float32[2, 3]", "test_norm.cpp"});
-  expect_error([] { layer_norm(zeros({2, 3}), {}); },
-               {"[layer_norm]", "normalized_shape []", "test_norm.cpp"});
-  expect_error([] { layer_norm(zeros({2, 3}), {3}, zeros({2})); },
-               {"[layer_norm]", "weight of shape [3]", "float32[2]", "test_norm.cpp"});
+  expect_error(
+      [] {
+        layer_norm(zeros({2, 3}), {2});
+      },
+      {"[layer_norm]", "normalized_shape [2]", "float32[2, 3]", "test_norm.cpp"});
+  expect_error(
+      [] {
+        layer_norm(zeros({2, 3}), {});
+      },
+      {"[layer_norm]", "normalized_shape []", "test_norm.cpp"});
+  expect_error(
+      [] {
+        layer_norm(zeros({2, 3}), {3}, zeros({2}));
+      },
+      {"[layer_norm]", "weight of shape [3]", "float32[2]", "test_norm.cpp"});
 }
 
 TEST(GroupNorm, MatchesReference) {
@@ -219,10 +234,16 @@ TEST(GroupNorm, Gradgradcheck) {
 }
 
 TEST(GroupNorm, Errors) {
-  expect_error([] { group_norm(zeros({2, 6, 3}), 4); },
-               {"[group_norm]", "num_groups 4", "float32[2, 6, 3]", "test_norm.cpp"});
-  expect_error([] { group_norm(zeros({2, 6, 3}), 3, Tensor(), zeros({3})); },
-               {"[group_norm]", "bias of shape [6]", "float32[3]", "test_norm.cpp"});
+  expect_error(
+      [] {
+        group_norm(zeros({2, 6, 3}), 4);
+      },
+      {"[group_norm]", "num_groups 4", "float32[2, 6, 3]", "test_norm.cpp"});
+  expect_error(
+      [] {
+        group_norm(zeros({2, 6, 3}), 3, Tensor(), zeros({3}));
+      },
+      {"[group_norm]", "bias of shape [6]", "float32[3]", "test_norm.cpp"});
 }
 
 TEST(Norm, MetaShapes) {

@@ -77,8 +77,8 @@ TEST(Pad, GradientsSumCopies) {
 
 TEST(Pad, Gradchecks) {
   for (const std::string mode : {"constant", "reflect", "replicate"}) {
-    std::vector<int64_t> pads = mode == "constant" ? std::vector<int64_t>{1, -1, 2, 0}
-                                                   : std::vector<int64_t>{1, 2, 2, 1};
+    std::vector<int64_t> pads =
+        mode == "constant" ? std::vector<int64_t>{1, -1, 2, 0} : std::vector<int64_t>{1, 2, 2, 1};
     auto f = [=](const std::vector<Tensor>& in) { return std::vector{pad(in[0], pads, mode)}; };
     EXPECT_TRUE(gradcheck(f, {sample_tensor({2, 3, 3}, 2)})) << mode;
     EXPECT_TRUE(gradgradcheck(f, {sample_tensor({2, 3, 3}, 3)})) << mode;
@@ -86,22 +86,46 @@ TEST(Pad, Gradchecks) {
 }
 
 TEST(Pad, Errors) {
-  expect_error([] { pad(zeros({2, 3}), {1, 2, 3}); },
-               {"[pad]", "even number", "(1, 2, 3)", "float32[2, 3]", "test_pad.cpp"});
-  expect_error([] { pad(zeros({3}), {1, 1, 1, 1}); },
-               {"[pad]", "at most 2 per dim", "float32[3]", "test_pad.cpp"});
-  expect_error([] { pad(zeros({2, 3}), {3, 0}, "reflect"); },
-               {"[pad]", "reflect", "(3, 0)", "size 3", "float32[2, 3]", "test_pad.cpp"});
-  expect_error([] { pad(zeros({2, 3}), {-1, 0}, "replicate"); },
-               {"[pad]", "replicate", "float32[2, 3]", "test_pad.cpp"});
-  expect_error([] { pad(zeros({2, 3}), {-2, -2}); },
-               {"[pad]", "size must be >= 0", "test_pad.cpp"});
-  expect_error([] { pad(zeros({2, 3}), {1, 1}, "circular"); },
-               {"[pad]", "\"circular\"", "float32[2, 3]", "test_pad.cpp"});
-  expect_error([] { pad(zeros({1, 1, 2, 2, 2}), {1, 1, 1, 1, 1, 1, 1, 1}, "replicate"); },
-               {"[pad]", "last 3 dims", "test_pad.cpp"});
-  expect_error([] { pad_backward(zeros({2, 4}), {2, 3}, {1, 2}, "reflect"); },
-               {"[pad_backward]", "[2, 6]", "float32[2, 4]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({2, 3}), {1, 2, 3});
+      },
+      {"[pad]", "even number", "(1, 2, 3)", "float32[2, 3]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({3}), {1, 1, 1, 1});
+      },
+      {"[pad]", "at most 2 per dim", "float32[3]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({2, 3}), {3, 0}, "reflect");
+      },
+      {"[pad]", "reflect", "(3, 0)", "size 3", "float32[2, 3]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({2, 3}), {-1, 0}, "replicate");
+      },
+      {"[pad]", "replicate", "float32[2, 3]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({2, 3}), {-2, -2});
+      },
+      {"[pad]", "size must be >= 0", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({2, 3}), {1, 1}, "circular");
+      },
+      {"[pad]", "\"circular\"", "float32[2, 3]", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad(zeros({1, 1, 2, 2, 2}), {1, 1, 1, 1, 1, 1, 1, 1}, "replicate");
+      },
+      {"[pad]", "last 3 dims", "test_pad.cpp"});
+  expect_error(
+      [] {
+        pad_backward(zeros({2, 4}), {2, 3}, {1, 2}, "reflect");
+      },
+      {"[pad_backward]", "[2, 6]", "float32[2, 4]", "test_pad.cpp"});
 }
 
 TEST(Pad, MetaShapes) {

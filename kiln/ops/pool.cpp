@@ -1,0 +1,245 @@
+// Max, average and adaptive average pooling: the forward ops (their gradients are the ops in
+// pool_backward.cpp; the kernels are in pool_kernels.cpp, Note [pooling kernels]).
+#include "kiln/ops/pool.h"
+
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/pool_kernels.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+using detail::adaptive_avg_pool_kernel;
+using detail::avg_json;
+using detail::avg_options;
+using detail::avg_params;
+using detail::avg_pool_kernel;
+using detail::AvgParams;
+using detail::check_avg_params;
+using detail::check_pool_input;
+using detail::check_pool_params;
+using detail::max_json;
+using detail::max_params;
+using detail::max_pool_kernel;
+using detail::pair_json;
+using detail::PoolParams;
+using detail::with_spatial;
+
+class MaxPool2dOp final : public Op {
+ public:
+  // Both public functions run this op (the gradient needs the indices); the name says which one
+  // the caller used, so that errors and traces name it.
+  MaxPool2dOp(PoolParams p, bool return_indices) : p_(p), return_indices_(return_indices) {}
+  const char* name() const override {
+    return return_indices_ ? "max_pool2d_with_indices" : "max_pool2d";
+  }
+  nlohmann::json attrs() const override {
+    nlohmann::json a = max_json(p_);
+    a["return_indices"] = return_indices_;
+    return a;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    check_pool_input(name(), "input", x, loc);
+    const Size2 out = check_pool_params(name(), p_, x.size(-2), x.size(-1), x.describe(), loc);
+    const Shape shape = with_spatial(x.shape(), out.h, out.w);
+    return {{shape, x.dtype(), x.device()}, {shape, DType::Int64, x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    max_pool_kernel(p_, in[0], out[0], out[1]);
+  }
+
+  Saves saves() const override { return {false, true}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor()};
+    const Shape& xs = ctx.input_metas[0].shape;
+    return {max_pool2d_backward(ctx.grads[0], ctx.outputs[1], {xs[xs.size() - 2], xs.back()})};
+  }
+
+ private:
+  PoolParams p_;
+  bool return_indices_;
+};
+
+class AvgPool2dOp final : public Op {
+ public:
+  explicit AvgPool2dOp(AvgParams a) : a_(std::move(a)) {}
+  const char* name() const override { return "avg_pool2d"; }
+  nlohmann::json attrs() const override { return avg_json(a_); }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    check_pool_input(name(), "input", x, loc);
+    check_avg_params(name(), a_, loc);
+    const Size2 out = check_pool_params(name(), a_.p, x.size(-2), x.size(-1), x.describe(), loc);
+    return {{with_spatial(x.shape(), out.h, out.w), x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    avg_pool_kernel(a_, in[0], out[0]);
+  }
+
+  Saves saves() const override { return {false, false}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor()};
+    const Shape& xs = ctx.input_metas[0].shape;
+    return {avg_pool2d_backward(ctx.grads[0], {xs[xs.size() - 2], xs.back()}, a_.p.kernel,
+                                avg_options(a_))};
+  }
+
+ private:
+  AvgParams a_;
+};
+
+class AdaptiveAvgPool2dOp final : public Op {
+ public:
+  explicit AdaptiveAvgPool2dOp(Size2 output_size) : output_size_(output_size) {}
+  const char* name() const override { return "adaptive_avg_pool2d"; }
+  nlohmann::json attrs() const override { return {{"output_size", pair_json(output_size_)}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    check_pool_input(name(), "input", x, loc);
+    if (output_size_.h <= 0 || output_size_.w <= 0)
+      fail(name(), loc, "expected a positive output_size, but got [{}, {}] for input {}",
+           output_size_.h, output_size_.w, x.describe());
+    return {{with_spatial(x.shape(), output_size_.h, output_size_.w), x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    adaptive_avg_pool_kernel(in[0], out[0]);
+  }
+
+  Saves saves() const override { return {false, false}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor()};
+    const Shape& xs = ctx.input_metas[0].shape;
+    return {adaptive_avg_pool2d_backward(ctx.grads[0], {xs[xs.size() - 2], xs.back()})};
+  }
+
+ private:
+  Size2 output_size_;
+};
+
+}  // namespace
+
+namespace {
+
+std::vector<Tensor> run_max_pool(const Tensor& input, Size2 kernel_size,
+                                 const MaxPool2dOptions& options, bool return_indices,
+                                 const Loc& loc) {
+  auto op = std::make_shared<const MaxPool2dOp>(max_params(kernel_size, options), return_indices);
+  return dispatch(op, {input}, loc);
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Size2 kernel_size,
+                                                  const MaxPool2dOptions& options, const Loc& loc) {
+  std::vector<Tensor> out = run_max_pool(input, kernel_size, options, true, loc);
+  return {out[0], out[1]};
+}
+
+Tensor max_pool2d(const Tensor& input, Size2 kernel_size, const MaxPool2dOptions& options,
+                  const Loc& loc) {
+  return run_max_pool(input, kernel_size, options, false, loc)[0];
+}
+
+Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, const AvgPool2dOptions& options,
+                  const Loc& loc) {
+  return call_op<AvgPool2dOp>({input}, loc, avg_params(kernel_size, options));
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size, const Loc& loc) {
+  return call_op<AdaptiveAvgPool2dOp>({input}, loc, output_size);
+}
+
+namespace {
+
+using Fn = OpSample::Fn;
+
+Tensor t(Shape s, uint64_t seed) {
+  return sample_tensor(std::move(s), seed);
+}
+
+// Random inputs make ties (where max pooling has no derivative) improbable.
+std::vector<OpSample> max_pool_samples(bool with_indices) {
+  auto fn = [with_indices](Size2 k, MaxPool2dOptions o) -> Fn {
+    return [=](const std::vector<Tensor>& in) {
+      if (!with_indices) return std::vector<Tensor>{max_pool2d(in[0], k, o)};
+      auto [values, indices] = max_pool2d_with_indices(in[0], k, o);
+      return std::vector<Tensor>{values, indices};
+    };
+  };
+  const std::string ri = with_indices ? ", return_indices=True)" : ")";
+  return {
+      {"k2", {t({2, 3, 6, 6}, 401)}, fn(2, {}), "F.max_pool2d(a0, 2" + ri},
+      {"k3_s2_pad1_ceil",
+       {t({1, 2, 7, 6}, 402)},
+       fn(3, {.stride = 2, .padding = 1, .ceil_mode = true}),
+       "F.max_pool2d(a0, 3, 2, 1, ceil_mode=True" + ri},
+      {"dilation_overlap_unbatched",
+       {t({3, 7, 7}, 403)},
+       fn({2, 3}, {.stride = Size2{1, 2}, .padding = 1, .dilation = 2}),
+       "F.max_pool2d(a0, (2, 3), (1, 2), 1, 2" + ri},
+  };
+}
+
+Fn avg_fn(Size2 k, AvgPool2dOptions o) {
+  return
+      [=](const std::vector<Tensor>& in) { return std::vector<Tensor>{avg_pool2d(in[0], k, o)}; };
+}
+
+std::vector<OpSample> avg_pool_samples() {
+  return {
+      {"k2", {t({2, 3, 6, 6}, 421)}, avg_fn(2, {}), "F.avg_pool2d(a0, 2)"},
+      {"k3_s2_pad1_ceil_exclude_pad",
+       {t({1, 2, 7, 6}, 422)},
+       avg_fn(3, {.stride = 2, .padding = 1, .ceil_mode = true, .count_include_pad = false}),
+       "F.avg_pool2d(a0, 3, 2, 1, ceil_mode=True, count_include_pad=False)"},
+      {"ceil_include_pad_unbatched",
+       {t({3, 5, 6}, 423)},
+       avg_fn({3, 2}, {.stride = 2, .padding = 1, .ceil_mode = true}),
+       "F.avg_pool2d(a0, (3, 2), 2, 1, ceil_mode=True)"},
+      {"divisor_override",
+       {t({1, 2, 5, 5}, 424)},
+       avg_fn(3, {.stride = 1, .padding = 1, .divisor_override = 4}),
+       "F.avg_pool2d(a0, 3, 1, 1, divisor_override=4)"},
+  };
+}
+
+Fn adaptive_fn(Size2 out) {
+  return [=](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{adaptive_avg_pool2d(in[0], out)};
+  };
+}
+
+std::vector<OpSample> adaptive_samples() {
+  return {
+      {"divides", {t({2, 3, 6, 4}, 441)}, adaptive_fn({3, 2}), "F.adaptive_avg_pool2d(a0, (3, 2))"},
+      {"uneven_windows",
+       {t({1, 2, 7, 5}, 442)},
+       adaptive_fn({3, 4}),
+       "F.adaptive_avg_pool2d(a0, (3, 4))"},
+      {"larger_output_unbatched",
+       {t({2, 3, 2}, 443)},
+       adaptive_fn({5, 4}),
+       "F.adaptive_avg_pool2d(a0, (5, 4))"},
+      {"global", {t({2, 3, 5, 5}, 444)}, adaptive_fn(1), "F.adaptive_avg_pool2d(a0, 1)"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("max_pool2d", [] { return max_pool_samples(false); });
+KILN_REGISTER_OP_SAMPLES("max_pool2d_with_indices", [] { return max_pool_samples(true); });
+KILN_REGISTER_OP_SAMPLES("avg_pool2d", avg_pool_samples);
+KILN_REGISTER_OP_SAMPLES("adaptive_avg_pool2d", adaptive_samples);
+
+}  // namespace
+
+}  // namespace kiln

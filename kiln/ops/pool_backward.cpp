@@ -1,0 +1,250 @@
+// The gradients of the pooling ops, as ops of their own so that they are differentiable too:
+// max_pool2d_backward scatters to the argmax positions (its own gradient gathers from them), and
+// the average poolings' backward ops are their transposes (their gradients are the poolings).
+#include <fmt/format.h>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/indexing.h"
+#include "kiln/ops/pool.h"
+#include "kiln/ops/pool_kernels.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+using detail::adaptive_avg_pool_backward_kernel;
+using detail::avg_json;
+using detail::avg_options;
+using detail::avg_params;
+using detail::avg_pool_backward_kernel;
+using detail::AvgParams;
+using detail::check_avg_params;
+using detail::check_grad_spatial;
+using detail::check_input_size;
+using detail::check_pool_input;
+using detail::check_pool_params;
+using detail::max_pool_backward_kernel;
+using detail::pair_json;
+using detail::with_spatial;
+
+class MaxPool2dBackwardOp final : public Op {
+ public:
+  MaxPool2dBackwardOp(Size2 input_size, Loc loc) : input_size_(input_size), loc_(loc) {}
+  const char* name() const override { return "max_pool2d_backward"; }
+  nlohmann::json attrs() const override { return {{"input_size", pair_json(input_size_)}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &grad = in[0], &indices = in[1];
+    check_pool_input(name(), "grad", grad, loc);
+    check_input_size(name(), input_size_, loc);
+    if (indices.dtype() != DType::Int64 || indices.shape() != grad.shape())
+      fail(name(), loc, "expected int64 indices of the grad's shape {}, but got {}",
+           shape_str(grad.shape()), indices.describe());
+    return {
+        {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const Tensor &grad = in[0], &indices = in[1];
+    const int64_t plane_in = input_size_.h * input_size_.w;
+    // Note [index checks] (indexing.cpp): values are checked before any parallel work.
+    const std::vector<int64_t> values = indices.to_vector<int64_t>();
+    for (size_t k = 0; k < values.size(); ++k)
+      if (values[k] < 0 || values[k] >= plane_in)
+        fail(name(), loc_,
+             "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at "
+             "position {} of indices {}",
+             plane_in, input_size_.h, input_size_.w, values[k], k, indices.describe());
+    max_pool_backward_kernel(grad, indices, out[0]);
+  }
+
+  // The gradient with respect to grad picks u at every index (a gather); indices get none.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
+    const Tensor& indices = ctx.inputs[1];
+    const Tensor picked = gather(flatten(ctx.grads[0], -2), -1, flatten(indices, -2));
+    return {reshape(picked, ctx.input_metas[0].shape), Tensor()};
+  }
+
+ private:
+  Size2 input_size_;
+  Loc loc_;
+};
+
+class AvgPool2dBackwardOp final : public Op {
+ public:
+  AvgPool2dBackwardOp(Size2 input_size, AvgParams a) : input_size_(input_size), a_(std::move(a)) {}
+  const char* name() const override { return "avg_pool2d_backward"; }
+  nlohmann::json attrs() const override {
+    nlohmann::json j = avg_json(a_);
+    j["input_size"] = pair_json(input_size_);
+    return j;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& grad = in[0];
+    check_pool_input(name(), "grad", grad, loc);
+    check_input_size(name(), input_size_, loc);
+    check_avg_params(name(), a_, loc);
+    const std::string operand = fmt::format("input size {}x{}", input_size_.h, input_size_.w);
+    check_grad_spatial(name(), grad,
+                       check_pool_params(name(), a_.p, input_size_.h, input_size_.w, operand, loc),
+                       loc);
+    return {
+        {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    avg_pool_backward_kernel(a_, in[0], out[0]);
+  }
+
+  Saves saves() const override { return {false, false}; }
+
+  // Average pooling is linear, and this op is its transpose: the transpose of it is the pooling.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor()};
+    return {avg_pool2d(ctx.grads[0], a_.p.kernel, avg_options(a_))};
+  }
+
+ private:
+  Size2 input_size_;
+  AvgParams a_;
+};
+
+class AdaptiveAvgPool2dBackwardOp final : public Op {
+ public:
+  explicit AdaptiveAvgPool2dBackwardOp(Size2 input_size) : input_size_(input_size) {}
+  const char* name() const override { return "adaptive_avg_pool2d_backward"; }
+  nlohmann::json attrs() const override { return {{"input_size", pair_json(input_size_)}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& grad = in[0];
+    check_pool_input(name(), "grad", grad, loc);
+    check_input_size(name(), input_size_, loc);
+    return {
+        {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    adaptive_avg_pool_backward_kernel(in[0], out[0]);
+  }
+
+  Saves saves() const override { return {false, false}; }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    if (!ctx.needs_grad[0]) return {Tensor()};
+    const Shape& gs = ctx.input_metas[0].shape;
+    return {adaptive_avg_pool2d(ctx.grads[0], {gs[gs.size() - 2], gs.back()})};
+  }
+
+ private:
+  Size2 input_size_;
+};
+
+}  // namespace
+
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, Size2 input_size,
+                           const Loc& loc) {
+  return call_op<MaxPool2dBackwardOp>({grad, indices}, loc, input_size, loc);
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad, Size2 input_size, Size2 kernel_size,
+                           const AvgPool2dOptions& options, const Loc& loc) {
+  return call_op<AvgPool2dBackwardOp>({grad}, loc, input_size, avg_params(kernel_size, options));
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad, Size2 input_size, const Loc& loc) {
+  return call_op<AdaptiveAvgPool2dBackwardOp>({grad}, loc, input_size);
+}
+
+namespace {
+
+using Fn = OpSample::Fn;
+
+Tensor t(Shape s, uint64_t seed) {
+  return sample_tensor(std::move(s), seed);
+}
+
+std::vector<OpSample> max_pool_backward_samples() {
+  // Indices of a real pooling with overlapping windows, so some positions receive several grads.
+  auto sample = [](std::string label, Shape x, Size2 k, MaxPool2dOptions o, uint64_t seed) {
+    NoGradGuard no_grad;
+    const Tensor indices = max_pool2d_with_indices(t(x, seed), k, o).second;
+    const Size2 size{x[x.size() - 2], x.back()};
+    Shape flat = indices.shape();
+    flat.back() = size.h * size.w;
+    flat.erase(flat.end() - 2);
+    std::string zeros = shape_str(flat);
+    zeros = zeros.substr(1, zeros.size() - 2);
+    std::string shape = shape_str(x);
+    shape = shape.substr(1, shape.size() - 2);
+    const int64_t dim = static_cast<int64_t>(x.size()) - 2;
+    return OpSample{std::move(label),
+                    {t(indices.shape(), seed + 1), indices},
+                    [size](const std::vector<Tensor>& in) {
+                      return std::vector<Tensor>{max_pool2d_backward(in[0], in[1], size)};
+                    },
+                    fmt::format("torch.zeros({}, dtype=a0.dtype).scatter_add({}, a1.flatten({}), "
+                                "a0.flatten({})).reshape({})",
+                                zeros, dim, dim, dim, shape)};
+  };
+  return {sample("k3_s1_overlap", {2, 3, 5, 5}, 3, {.stride = 1, .padding = 1}, 411),
+          sample("k2_ceil_unbatched", {2, 5, 7}, 2, {.ceil_mode = true}, 413)};
+}
+
+// The torch side of a pooling gradient: the gradient of `pool` at a zero input, kept
+// differentiable in a0 (create_graph=True) as the kiln op is.
+std::string torch_pool_grad(const std::string& pool, const std::string& x_shape) {
+  return fmt::format(
+      "(lambda g, x: torch.autograd.grad({}, x, g, create_graph=True)[0])"
+      "(a0, torch.zeros({}, dtype=a0.dtype, requires_grad=True))",
+      pool, x_shape);
+}
+
+std::vector<OpSample> avg_pool_backward_samples() {
+  auto fn = [](Size2 size, Size2 k, AvgPool2dOptions o) -> Fn {
+    return [=](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{avg_pool2d_backward(in[0], size, k, o)};
+    };
+  };
+  return {
+      {"k3_s2_pad1_ceil_exclude_pad",
+       {t({1, 2, 4, 4}, 431)},
+       fn({7, 6}, 3, {.stride = 2, .padding = 1, .ceil_mode = true, .count_include_pad = false}),
+       torch_pool_grad("F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)",
+                       "1, 2, 7, 6")},
+      {"k2_s1_unbatched",
+       {t({3, 4, 5}, 432)},
+       fn({5, 6}, 2, {.stride = 1}),
+       torch_pool_grad("F.avg_pool2d(x, 2, 1)", "3, 5, 6")},
+  };
+}
+
+std::vector<OpSample> adaptive_backward_samples() {
+  auto fn = [](Size2 size) -> Fn {
+    return [=](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{adaptive_avg_pool2d_backward(in[0], size)};
+    };
+  };
+  return {
+      {"uneven_windows",
+       {t({1, 2, 3, 4}, 451)},
+       fn({7, 5}),
+       torch_pool_grad("F.adaptive_avg_pool2d(x, (3, 4))", "1, 2, 7, 5")},
+      {"larger_output_unbatched",
+       {t({2, 5, 4}, 452)},
+       fn({3, 2}),
+       torch_pool_grad("F.adaptive_avg_pool2d(x, (5, 4))", "2, 3, 2")},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("max_pool2d_backward", max_pool_backward_samples);
+KILN_REGISTER_OP_SAMPLES("avg_pool2d_backward", avg_pool_backward_samples);
+KILN_REGISTER_OP_SAMPLES("adaptive_avg_pool2d_backward", adaptive_backward_samples);
+
+}  // namespace
+
+}  // namespace kiln
