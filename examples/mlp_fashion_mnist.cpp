@@ -98,10 +98,6 @@ void save_safetensors(const std::string& path,
   if (!f) throw Error("[save_safetensors] could not write '" + path + "'");
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
-  Tensor picked = gather(log_softmax(logits, 1), 1, labels.unsqueeze(1));
-  return neg(mean(picked));
-}
 
 }  // namespace
 

@@ -9,7 +9,6 @@
 namespace kiln::autograd {
 
 // Defined in node.cpp (Note [iterative graph deletion]); not yet exported by node.h.
-void delete_node(Node* node);
 
 void FunctionCtx::save_for_backward(std::vector<Tensor> tensors) {
   pending_ = std::move(tensors);

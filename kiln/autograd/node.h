@@ -88,6 +88,9 @@ class AccumulateGrad final : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
+// Deleter for tape nodes: frees long chains iteratively (Note [iterative graph deletion]).
+void delete_node(Node* node);
+
 // The edge a gradient for `t` must follow: its grad_fn, or its leaf accumulator.
 Edge gradient_edge(const Tensor& t);
 uint64_t next_sequence_nr();

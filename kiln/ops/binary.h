@@ -28,7 +28,8 @@ Tensor pow(double a, const Tensor& b, const Loc& loc = Loc::current());
 // A C++ number as a zero-dim "wrapped scalar" tensor on `like`'s device.
 Tensor scalar_like(double value, const Tensor& like);
 
-// Operators (their errors point at the operator's line as well).
+// Operators. C++ operators cannot take a defaulted source_location, so their errors point into
+// binary.cpp; call add()/sub()/mul()/div() where the caller's line matters.
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);

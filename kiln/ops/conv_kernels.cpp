@@ -150,38 +150,39 @@ int64_t grain_for(int64_t work_per_row) {
 void ref_forward(const ConvGeometry& g, const double* x, const double* w, const double* b,
                  double* y) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  parallel_for(0, g.n * g.o, grain_for(g.oh * g.ow * cg * g.kh * g.kw),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   const int64_t n = r / g.o, o = r % g.o;
-                   const double* xn = x + (n * g.c + (o / og) * cg) * g.h * g.w;
-                   const double* wo = w + o * cg * g.kh * g.kw;
-                   double* yo = y + r * g.oh * g.ow;
-                   for (int64_t i = 0; i < g.oh; ++i) {
-                     for (int64_t j = 0; j < g.ow; ++j) {
-                       double acc = b ? b[o] : 0.0;
-                       for (int64_t c = 0; c < cg; ++c) {
-                         for (int64_t ki = 0; ki < g.kh; ++ki) {
-                           const int64_t ih = i * g.sh - g.pt + ki * g.dh;
-                           if (ih < 0 || ih >= g.h) continue;
-                           const double* xr = xn + (c * g.h + ih) * g.w;
-                           const double* wr = wo + (c * g.kh + ki) * g.kw;
-                           for (int64_t kj = 0; kj < g.kw; ++kj) {
-                             const int64_t iw = j * g.sw - g.pl + kj * g.dw;
-                             if (iw >= 0 && iw < g.w) acc += xr[iw] * wr[kj];
-                           }
-                         }
-                       }
-                       yo[i * g.ow + j] = acc;
-                     }
-                   }
-                 }
-               });
+  const int64_t grain = grain_for(g.oh * g.ow * cg * g.kh * g.kw);
+  parallel_for(0, g.n * g.o, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.o, o = r % g.o;
+      const double* xn = x + (n * g.c + (o / og) * cg) * g.h * g.w;
+      const double* wo = w + o * cg * g.kh * g.kw;
+      double* yo = y + r * g.oh * g.ow;
+      for (int64_t i = 0; i < g.oh; ++i) {
+        for (int64_t j = 0; j < g.ow; ++j) {
+          double acc = b ? b[o] : 0.0;
+          for (int64_t c = 0; c < cg; ++c) {
+            for (int64_t ki = 0; ki < g.kh; ++ki) {
+              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              const double* xr = xn + (c * g.h + ih) * g.w;
+              const double* wr = wo + (c * g.kh + ki) * g.kw;
+              for (int64_t kj = 0; kj < g.kw; ++kj) {
+                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
+                if (iw >= 0 && iw < g.w) acc += xr[iw] * wr[kj];
+              }
+            }
+          }
+          yo[i * g.ow + j] = acc;
+        }
+      }
+    }
+  });
 }
 
 void ref_backward_data(const ConvGeometry& g, const double* gy, const double* w, double* gx) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  parallel_for(0, g.n * g.c, grain_for(g.h * g.w * og * g.kh * g.kw), [&](int64_t r0, int64_t r1) {
+  const int64_t grain = grain_for(g.h * g.w * og * g.kh * g.kw);
+  parallel_for(0, g.n * g.c, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / g.c, c = r % g.c, grp = c / cg, cl = c % cg;
       const double* gyn = gy + (n * g.o + grp * og) * g.oh * g.ow;
@@ -212,30 +213,30 @@ void ref_backward_data(const ConvGeometry& g, const double* gy, const double* w,
 
 void ref_backward_weights(const ConvGeometry& g, const double* x, const double* gy, double* gw) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  parallel_for(0, g.o * cg, grain_for(g.n * g.oh * g.ow * g.kh * g.kw),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   const int64_t o = r / cg, c = (o / og) * cg + r % cg;
-                   for (int64_t ki = 0; ki < g.kh; ++ki) {
-                     for (int64_t kj = 0; kj < g.kw; ++kj) {
-                       double acc = 0.0;
-                       for (int64_t n = 0; n < g.n; ++n) {
-                         const double* xc = x + (n * g.c + c) * g.h * g.w;
-                         const double* go = gy + (n * g.o + o) * g.oh * g.ow;
-                         for (int64_t i = 0; i < g.oh; ++i) {
-                           const int64_t ih = i * g.sh - g.pt + ki * g.dh;
-                           if (ih < 0 || ih >= g.h) continue;
-                           for (int64_t j = 0; j < g.ow; ++j) {
-                             const int64_t iw = j * g.sw - g.pl + kj * g.dw;
-                             if (iw >= 0 && iw < g.w) acc += go[i * g.ow + j] * xc[ih * g.w + iw];
-                           }
-                         }
-                       }
-                       gw[(r * g.kh + ki) * g.kw + kj] = acc;
-                     }
-                   }
-                 }
-               });
+  const int64_t grain = grain_for(g.n * g.oh * g.ow * g.kh * g.kw);
+  parallel_for(0, g.o * cg, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = r / cg, c = (o / og) * cg + r % cg;
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          double acc = 0.0;
+          for (int64_t n = 0; n < g.n; ++n) {
+            const double* xc = x + (n * g.c + c) * g.h * g.w;
+            const double* go = gy + (n * g.o + o) * g.oh * g.ow;
+            for (int64_t i = 0; i < g.oh; ++i) {
+              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              for (int64_t j = 0; j < g.ow; ++j) {
+                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
+                if (iw >= 0 && iw < g.w) acc += go[i * g.ow + j] * xc[ih * g.w + iw];
+              }
+            }
+          }
+          gw[(r * g.kh + ki) * g.kw + kj] = acc;
+        }
+      }
+    }
+  });
 }
 
 // --- oneDNN (float32) ----------------------------------------------------------------------------
@@ -314,8 +315,10 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
 // kernels below, `bias` the forward's bias (may be null).
 void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
                  const Tensor* bias, const Tensor& out) {
-  const std::string key =
-      fmt::format("{}|{}|{}", static_cast<int>(pass), g.key(), bias != nullptr ? 1 : 0);
+  // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
+  // part of the key.
+  const std::string key = fmt::format("{}|{}|{}|{}", static_cast<int>(pass), g.key(),
+                                      bias != nullptr ? 1 : 0, get_num_threads());
   ConvEntry e =
       conv_cache().get_or_create(key, [&] { return build_conv(pass, g, bias != nullptr); });
   const Tensor a32 = dense(a, DType::Float32), b32 = dense(b, DType::Float32);

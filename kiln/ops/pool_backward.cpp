@@ -48,17 +48,14 @@ class MaxPool2dBackwardOp final : public Op {
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const Tensor &grad = in[0], &indices = in[1];
-    const int64_t plane_in = input_size_.h * input_size_.w;
-    // Note [index checks] (indexing.cpp): values are checked before any parallel work.
-    const std::vector<int64_t> values = indices.to_vector<int64_t>();
-    for (size_t k = 0; k < values.size(); ++k)
-      if (values[k] < 0 || values[k] >= plane_in)
-        fail(name(), loc_,
-             "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at "
-             "position {} of indices {}",
-             plane_in, input_size_.h, input_size_.w, values[k], k, indices.describe());
-    max_pool_backward_kernel(grad, indices, out[0]);
+    const int64_t bad = max_pool_backward_kernel(in[0], in[1], out[0]);
+    if (bad < 0) return;
+    const Tensor& indices = in[1];
+    fail(name(), loc_,
+         "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at position {} "
+         "of indices {}",
+         input_size_.h * input_size_.w, input_size_.h, input_size_.w,
+         indices.to_vector<int64_t>()[bad], bad, indices.describe());
   }
 
   // The gradient with respect to grad picks u at every index (a gather); indices get none.

@@ -132,6 +132,7 @@ void average_backward(const Tensor& grad_in, const Tensor& out, WindowOf window_
       for (int64_t i = 0; i < oh; ++i) {
         for (int64_t j = 0; j < ow; ++j) {
           const Window win = window_of(i, j, h, w, oh, ow);
+          if (win.h0 >= win.h1 || win.w0 >= win.w1) continue;  // no input cell (divisor may be 0)
           const double v = static_cast<double>(gp[i * ow + j]) / static_cast<double>(win.divisor);
           for (int64_t ih = win.h0; ih < win.h1; ++ih)
             for (int64_t iw = win.w0; iw < win.w1; ++iw) acc[ih * w + iw] += v;
@@ -280,13 +281,16 @@ void max_pool_kernel(const PoolParams& p, const Tensor& x_in, const Tensor& valu
   });
 }
 
-void max_pool_backward_kernel(const Tensor& grad_in, const Tensor& indices_in, const Tensor& out) {
+int64_t max_pool_backward_kernel(const Tensor& grad_in, const Tensor& indices_in,
+                                 const Tensor& out) {
   const Tensor grad = dense(grad_in), indices = dense(indices_in);
   const int64_t plane_in = out.size(-2) * out.size(-1);
   const int64_t plane_out = grad.size(-2) * grad.size(-1);
   const int64_t* pi = static_cast<const int64_t*>(indices.raw_data());
+  for (int64_t k = 0; k < indices.numel(); ++k)
+    if (pi[k] < 0 || pi[k] >= plane_in) return k;
   std::memset(out.raw_data(), 0, out.nbytes());
-  if (plane_out == 0) return;
+  if (plane_out == 0) return -1;
   visit_floating(grad.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -298,6 +302,7 @@ void max_pool_backward_kernel(const Tensor& grad_in, const Tensor& indices_in, c
         xp[pi[k]] = static_cast<T>(static_cast<C>(xp[pi[k]]) + static_cast<C>(pg[k]));
     });
   });
+  return -1;
 }
 
 void avg_pool_kernel(const AvgParams& a, const Tensor& x, const Tensor& out) {

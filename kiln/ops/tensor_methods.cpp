@@ -93,7 +93,9 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
          "use the out-of-place op",
          self.describe());
   Tensor input = recording && saves_self ? kiln::clone(self, loc) : self;
-  Tensor result = compute(input);
+  // x.mul_(x): the other operand is self too, and must be the same snapshot.
+  Tensor other_in = other.defined() && other.is_same(self) ? input : other;
+  Tensor result = compute(input, other_in);
   if (result.shape() != self.shape())
     fail(name, loc,
          "expected a result of the modified tensor's shape {}, but got {} (in-place ops "
@@ -118,19 +120,19 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
 
 Tensor& Tensor::add_(const Tensor& o, const Loc& loc) {
   return apply_inplace(*this, "add_", loc, false, o,
-                       [&](const Tensor& s) { return add(s, o, loc); });
+                       [&](const Tensor& s, const Tensor& t) { return add(s, t, loc); });
 }
 Tensor& Tensor::sub_(const Tensor& o, const Loc& loc) {
   return apply_inplace(*this, "sub_", loc, false, o,
-                       [&](const Tensor& s) { return sub(s, o, loc); });
+                       [&](const Tensor& s, const Tensor& t) { return sub(s, t, loc); });
 }
 Tensor& Tensor::mul_(const Tensor& o, const Loc& loc) {
   return apply_inplace(*this, "mul_", loc, true, o,
-                       [&](const Tensor& s) { return mul(s, o, loc); });
+                       [&](const Tensor& s, const Tensor& t) { return mul(s, t, loc); });
 }
 Tensor& Tensor::div_(const Tensor& o, const Loc& loc) {
   return apply_inplace(*this, "div_", loc, true, o,
-                       [&](const Tensor& s) { return div(s, o, loc); });
+                       [&](const Tensor& s, const Tensor& t) { return div(s, t, loc); });
 }
 Tensor& Tensor::add_(double o, const Loc& loc) {
   return add_(scalar_like(o, *this), loc);
@@ -147,11 +149,11 @@ Tensor& Tensor::div_(double o, const Loc& loc) {
 
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi, const Loc& loc) {
   return apply_inplace(*this, "clamp_", loc, true, Tensor(),
-                       [&](const Tensor& s) { return clamp(s, lo, hi, loc); });
+                       [&](const Tensor& s, const Tensor&) { return clamp(s, lo, hi, loc); });
 }
 
 Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
-  return apply_inplace(*this, "copy_", loc, false, src, [&](const Tensor& s) {
+  return apply_inplace(*this, "copy_", loc, false, src, [&](const Tensor& s, const Tensor&) {
     if (src.device() != s.device())
       fail("copy_", loc, "expected a source on {}, but got {}", s.device().name(), src.describe());
     // Assignment converts any dtype, unlike arithmetic.

@@ -241,6 +241,27 @@ TEST(Optimizer, AdagradCreatesStateForEveryParameterUpFront) {
   EXPECT_EQ(opt.state(0, 1).step, 0);
   OptimizerState sd = opt.state_dict();
   EXPECT_EQ(sd.tensors.count("state.0.1.sum"), 1u);
+  // A group's own value wins over the constructor's (PyTorch would use the constructor's).
+  Tensor c = param({4.0});
+  opt.add_param_group(ParamGroup{{c}, {{"initial_accumulator_value", 2.0}}});
+  expect_values(opt.state(1, 0).tensors.at("sum"), {2.0});
+}
+
+TEST(Optimizer, StepChecksEditedGroupsAgain) {
+  Tensor w = param({1.0, 2.0});
+  Adam opt({w});
+  w.set_grad(ones_like(w));
+  opt.step();
+  opt.param_groups()[0].options["lr"] = -0.5;
+  expect_error([&] { opt.step(); }, {"[Adam.step]", "lr >= 0", "-0.5", "test_optimizer.cpp"});
+  opt.param_groups()[0].options["lr"] = 0.5;
+  Tensor bigger = param({1.0, 2.0, 3.0});
+  bigger.set_grad(ones_like(bigger));
+  opt.param_groups()[0].params[0] = bigger;
+  expect_error([&] { opt.step(); },
+               {"[Adam.step]", "parameter 0 of group 0", "float64[2]", "float64[3]"});
+  opt.param_groups()[0].params.push_back(w);
+  expect_error([&] { opt.step(); }, {"[Adam.step]", "add_param_group"});
 }
 
 }  // namespace
