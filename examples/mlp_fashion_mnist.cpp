@@ -98,7 +98,6 @@ void save_safetensors(const std::string& path,
   if (!f) throw Error("[save_safetensors] could not write '" + path + "'");
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) try {

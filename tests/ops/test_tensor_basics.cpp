@@ -96,8 +96,7 @@ TEST(Copies, DetachSharesStorageWithoutHistory) {
 
 TEST(Conversion, ToDtypeRoundsLikePyTorch) {
   Tensor x = tensor<double>({1.5, -2.7, 3.9999, 1e10});
-  EXPECT_EQ(x.to(DType::Int64).to_vector<int64_t>(),
-            (std::vector<int64_t>{1, -2, 3, 10000000000}));
+  EXPECT_EQ(x.to(DType::Int64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3, 10000000000}));
   EXPECT_EQ(x.to(DType::Float16).to_vector<double>()[1], -2.69921875);  // torch: -2.6992
   EXPECT_EQ(x.to(DType::BFloat16).to_vector<double>()[0], 1.5);
   EXPECT_EQ(tensor<double>({0.0, 2.0}).to(DType::Bool).to_vector<int64_t>(),
@@ -121,8 +120,7 @@ TEST(Promotion, ScalarsAndZeroDimTensorsFollowPyTorch) {
   EXPECT_EQ(add(i32, scalar_tensor(2.5, {DType::Float64})).dtype(), DType::Float64);
   EXPECT_EQ(add(ones({2}, {DType::Float16}), scalar_tensor(2.5, {DType::Float64})).dtype(),
             DType::Float16);
-  EXPECT_EQ(add(ones({2}, {DType::UInt8}), scalar_tensor(2, {DType::Int64})).dtype(),
-            DType::UInt8);
+  EXPECT_EQ(add(ones({2}, {DType::UInt8}), scalar_tensor(2, {DType::Int64})).dtype(), DType::UInt8);
   EXPECT_EQ(add(ones({2}, {DType::Bool}), 2.0).dtype(), DType::Int64);
   EXPECT_EQ(mul(ones({2}), 2.0).dtype(), DType::Float32);
   EXPECT_EQ(div(i32, i32).dtype(), DType::Float32) << "true division";
