@@ -1,6 +1,8 @@
 // Anomaly mode (DetectAnomalyGuard): NaN/Inf in forward outputs and in gradients.
 #include <gtest/gtest.h>
 
+#include "tests/support/test_util.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -17,29 +19,12 @@
 namespace kiln {
 namespace {
 
-template <class F>
-std::string error_of(F fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected kiln::Error";
-  return "";
-}
-
-void expect_contains(const std::string& what, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
-}
+using test::error_of;
+using test::expect_contains;
+using test::leaf;
 
 std::string here(int line) {
   return "test_anomaly.cpp:" + std::to_string(line);
-}
-
-Tensor leaf(std::initializer_list<double> v) {
-  Tensor t = tensor(v, {DType::Float64});
-  t.set_requires_grad(true);
-  return t;
 }
 
 TEST(Anomaly, GuardIsScopedAndOffByDefault) {

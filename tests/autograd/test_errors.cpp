@@ -2,6 +2,8 @@
 // shapes/dtypes/devices and the caller's line.
 #include <gtest/gtest.h>
 
+#include "tests/support/test_util.h"
+
 #include <string>
 #include <vector>
 
@@ -16,32 +18,12 @@
 namespace kiln {
 namespace {
 
-template <class F>
-std::string error_of(F fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected kiln::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected kiln::Error";
-  return "";
-}
-
-void expect_contains(const std::string& what, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
-}
+using test::error_of;
+using test::expect_contains;
+using test::leaf;
 
 std::string here(int line) {
   return "test_errors.cpp:" + std::to_string(line);
-}
-
-Tensor leaf(std::initializer_list<double> v) {
-  Tensor t = tensor(v, {DType::Float64});
-  t.set_requires_grad(true);
-  return t;
 }
 
 TEST(Errors, BroadcastMismatchInAdd) {

@@ -1,6 +1,8 @@
 // kiln::grad: returned (not accumulated) gradients, create_graph and higher-order derivatives.
 #include <gtest/gtest.h>
 
+#include "tests/support/test_util.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -19,33 +21,10 @@
 namespace kiln {
 namespace {
 
-template <class F>
-std::string error_of(F fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected kiln::Error";
-  return "";
-}
-
-void expect_contains(const std::string& what, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << p << " in: " << what;
-}
-
-Tensor leaf(std::initializer_list<double> v) {
-  Tensor t = tensor(v, {DType::Float64});
-  t.set_requires_grad(true);
-  return t;
-}
-
-void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
-  ASSERT_TRUE(t.defined());
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
-}
+using test::error_of;
+using test::expect_contains;
+using test::expect_values;
+using test::leaf;
 
 TEST(Grad, HigherDerivativesOfCube) {
   for (bool use_pow : {false, true}) {

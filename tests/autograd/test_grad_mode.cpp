@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/test_util.h"
+
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -18,11 +20,7 @@
 namespace kiln {
 namespace {
 
-Tensor leaf(std::initializer_list<double> v) {
-  Tensor t = tensor(v, {DType::Float64});
-  t.set_requires_grad(true);
-  return t;
-}
+using test::leaf;
 
 TEST(GradMode, EnabledByDefaultAndGuardsNest) {
   EXPECT_TRUE(GradMode::is_enabled());
