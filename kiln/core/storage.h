@@ -29,6 +29,10 @@ class Storage {
     last_writer_op_ = std::move(op);
     last_writer_loc_ = loc;
   }
+  // Bumped when an in-place op rewrites the autograd history of a tensor on this storage; views
+  // made before that point carry a stale grad_fn (see Note [stale views]).
+  uint64_t history_version() const { return history_version_; }
+  void bump_history_version() { ++history_version_; }
   const std::string& last_writer_op() const { return last_writer_op_; }
   const std::source_location& last_writer_loc() const { return last_writer_loc_; }
 
@@ -37,6 +41,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  uint64_t history_version_ = 0;
   std::string last_writer_op_;
   std::source_location last_writer_loc_;
 };

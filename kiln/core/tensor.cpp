@@ -147,6 +147,7 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
   auto impl = std::make_shared<TensorImpl>(base.storage(), std::move(shape), std::move(strides),
                                            offset, base.dtype());
   impl->is_view_ = true;
+  impl->view_history_version_ = base.storage()->history_version();
   return Tensor(std::move(impl));
 }
 

@@ -52,7 +52,8 @@ class TensorImpl {
   Strides strides_;
   int64_t offset_ = 0;  // in elements
   DType dtype_;
-  bool is_view_ = false;            // shares storage with the tensor it was made from
+  bool is_view_ = false;               // shares storage with the tensor it was made from
+  uint64_t view_history_version_ = 0;  // the storage's history_version when the view was made
   bool is_wrapped_number_ = false;  // a C++ scalar turned into a tensor (lowest promotion priority)
   std::unique_ptr<AutogradMeta> autograd_;
 

@@ -10,6 +10,21 @@ namespace {
 TapeRecorder recorder = nullptr;
 DispatchObserver observer;
 
+// Note [stale views]: a view records its base's history when it is made. If the base is later
+// modified in place while gradients are recorded, the base gets a new grad_fn but the view keeps
+// the old one, and its gradient would be silently wrong (PyTorch regenerates the view's history;
+// kiln does not yet), so using such a view with grad mode on is an error.
+void check_stale_view(const Op& op, const Tensor& t, size_t i, const Loc& loc) {
+  const TensorImpl& impl = *t.impl();
+  if (!impl.is_view_ || impl.view_history_version_ == t.storage()->history_version()) return;
+  if (!t.requires_grad() || !GradMode::is_enabled()) return;
+  const Storage& s = *t.storage();
+  fail(op.name(), loc,
+       "input {} ({}) is a view whose base was modified in place by '{}' at {} after the view "
+       "was made, so its gradient would be wrong; make the view again after the in-place op",
+       i, t.describe(), s.last_writer_op(), format_location(s.last_writer_loc()));
+}
+
 void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& loc) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
@@ -18,6 +33,7 @@ void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& l
       fail(op.name(), loc,
            "expected all tensors on the same device, but got input 0 {} and input {} {}",
            inputs[0].describe(), i, inputs[i].describe());
+    check_stale_view(op, inputs[i], i, loc);
   }
 }
 }  // namespace

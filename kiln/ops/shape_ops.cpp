@@ -411,6 +411,7 @@ Tensor detach(const Tensor& x) {
   auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(), x.storage_offset(),
                                            x.dtype());
   impl->is_view_ = x.is_view();
+  impl->view_history_version_ = x.storage()->history_version();  // a detached alias has no history
   return Tensor(std::move(impl));
 }
 

@@ -112,6 +112,7 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
     AutogradMeta& meta = self.impl()->autograd();
     meta.grad_fn = result.grad_fn();
     meta.output_nr = result.output_nr();
+    self.storage()->bump_history_version();
   }
   return self;
 }

@@ -181,6 +181,25 @@ TEST(Inplace, OnAViewThatRequiresGradIsAnError) {
   expect_values(z, {2.0, 4.0, 3.0});
 }
 
+TEST(Inplace, UsingAViewAfterItsBaseWasRewrittenIsAnError) {
+  Tensor x = leaf({1.0, 2.0, 3.0});
+  Tensor y = mul(x, 1.0);
+  Tensor v = y.narrow(0, 1, 2);
+  int modify_line = __LINE__ + 1;
+  y.mul_(2.0);
+  int use_line = __LINE__ + 1;
+  std::string what = error_of([&] { sum(v); });
+  expect_contains(what, {"[sum]", "is a view whose base was modified in place by 'mul_'",
+                         here(modify_line), here(use_line)});
+  // A view made after the in-place op carries the new history and gets the right gradient.
+  Tensor fresh = y.narrow(0, 1, 2);
+  sum(fresh).backward();
+  expect_values(x.grad(), {0.0, 2.0, 2.0});
+  // Without grad mode the stale view is just memory and may be read.
+  NoGradGuard no_grad;
+  expect_values(sum(v), {10.0});
+}
+
 TEST(Inplace, BroadcastingTheModifiedTensorIsAnError) {
   Tensor t = zeros({3}, {DType::Float64});
   int line = __LINE__ + 1;

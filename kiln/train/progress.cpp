@@ -1,0 +1,99 @@
+#include "kiln/train/progress.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace kiln::train {
+
+double steady_seconds() {
+  using std::chrono::duration;
+  using std::chrono::steady_clock;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s % 3600) / 60, s % 60);
+  if (s >= 60) return fmt::format("{}:{:02d}", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+ProgressBar::ProgressBar(int64_t total_steps, std::ostream& out, bool is_tty, Clock clock,
+                         int width)
+    : total_(std::max<int64_t>(total_steps, 0)),
+      out_(out),
+      is_tty_(is_tty),
+      clock_(std::move(clock)),
+      width_(std::max(width, 1)),
+      start_(clock_()) {}
+
+std::string ProgressBar::format_line(int64_t step, const std::map<std::string, double>& metrics,
+                                     int64_t samples_seen, bool final) const {
+  const std::string total_text = std::to_string(total_);
+  std::string line = fmt::format("{:>{}}/{}", step, total_text.size(), total_text);
+
+  // Integer arithmetic, so that 2/20 of 10 columns is exactly 1 column.
+  const int64_t done = total_ > 0 ? std::clamp<int64_t>(step, 0, total_) : 1;
+  const auto filled = static_cast<int>(done * width_ / std::max<int64_t>(total_, 1));
+  std::string bar;
+  if (filled > 0) {
+    bar.append(static_cast<size_t>(filled - 1), '=');
+    bar.push_back(step < total_ ? '>' : '=');
+  }
+  bar.append(static_cast<size_t>(width_ - filled), '.');
+  line += " [" + bar + "]";
+
+  const double elapsed = clock_() - start_;
+  if (final) {
+    line += " - " + format_duration(elapsed);
+  } else if (step > 0) {
+    const double eta = elapsed / static_cast<double>(step) * static_cast<double>(total_ - step);
+    line += " - ETA " + format_duration(eta);
+  }
+
+  if (auto it = metrics.find("loss"); it != metrics.end())
+    line += fmt::format(" - loss: {:.4f}", it->second);
+  for (const auto& [name, value] : metrics)
+    if (name != "loss") line += fmt::format(" - {}: {:.4f}", name, value);
+
+  if (samples_seen >= 0 && elapsed > 0.0)
+    line += fmt::format(" - {:.0f} samples/s", static_cast<double>(samples_seen) / elapsed);
+  return line;
+}
+
+void ProgressBar::update(int64_t step, const std::map<std::string, double>& metrics,
+                         int64_t samples_seen) {
+  if (finished_) return;
+  if (is_tty_) {
+    const std::string line = format_line(step, metrics, samples_seen, /*final=*/false);
+    out_ << '\r' << line;
+    if (line.size() < last_length_) out_ << std::string(last_length_ - line.size(), ' ');
+    last_length_ = line.size();
+    out_.flush();
+    return;
+  }
+  if (total_ <= 0 || step >= total_) return;  // the last line belongs to finish()
+  const int64_t decile = step * 10 / total_;
+  if (decile <= last_decile_) return;
+  last_decile_ = decile;
+  out_ << format_line(step, metrics, samples_seen, /*final=*/false) << '\n';
+}
+
+void ProgressBar::finish(const std::map<std::string, double>& metrics, int64_t samples_seen) {
+  if (finished_) return;
+  finished_ = true;
+  const std::string line = format_line(total_, metrics, samples_seen, /*final=*/true);
+  if (is_tty_) {
+    out_ << '\r' << line;
+    if (line.size() < last_length_) out_ << std::string(last_length_ - line.size(), ' ');
+  } else {
+    out_ << line;
+  }
+  out_ << '\n';
+  out_.flush();
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,56 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace kiln::train {
+
+// Seconds since an arbitrary origin; only differences are used.
+using Clock = std::function<double()>;
+// std::chrono::steady_clock in seconds.
+double steady_seconds();
+
+// Note [progress output]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A Keras-like bar:
+//   " 5/10 [==============>...............] - ETA 3s - loss: 0.4321 - accuracy: 0.8765 - 1234
+//   samples/s"
+// On a terminal every update redraws the line with '\r'. Logs and CI output are not terminals:
+// there a redraw would leave one line per step, so only the first update at or past each 10% of
+// the steps prints a line, and finish() prints the final one (with the elapsed time instead of the
+// ETA). An update at the last step is left to finish(), which usually carries more metrics
+// (validation). "loss" is printed first, the other metrics in name order.
+class ProgressBar {
+ public:
+  ProgressBar(int64_t total_steps, std::ostream& out, bool is_tty, Clock clock = steady_seconds,
+              int width = 30);
+
+  // `step` counts finished steps (1..total); samples_seen is the running sample count of this
+  // run, used for the throughput (left out when negative).
+  void update(int64_t step, const std::map<std::string, double>& metrics,
+              int64_t samples_seen = -1);
+  // Prints the final line (total/total) and ends it with '\n'.
+  void finish(const std::map<std::string, double>& metrics, int64_t samples_seen = -1);
+
+  // The text of one line, without '\r' or '\n' (exposed for tests).
+  std::string format_line(int64_t step, const std::map<std::string, double>& metrics,
+                          int64_t samples_seen, bool final) const;
+
+ private:
+  int64_t total_;
+  std::ostream& out_;
+  bool is_tty_;
+  Clock clock_;
+  int width_;
+  double start_;
+  int64_t last_decile_ = 0;  // deciles already printed (non-terminal mode)
+  size_t last_length_ = 0;   // length of the drawn line (terminal mode), to blank leftovers
+  bool finished_ = false;
+};
+
+// "3s", "1:05", "1:01:05".
+std::string format_duration(double seconds);
+
+}  // namespace kiln::train

@@ -1,0 +1,175 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/rng.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/loader.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loss.h"
+#include "kiln/optim/adam.h"
+#include "kiln/train/fit.h"
+
+namespace kiln::train {
+namespace {
+
+// Two classes in 2-D split by x + y = 0, each pushed 0.3 away from the line.
+std::shared_ptr<data::TensorDataset> separable(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = uniform(gen), y = uniform(gen);
+    const int64_t label = x + y > 0 ? 1 : 0;
+    const float push = label == 1 ? 0.3f : -0.3f;
+    xs.push_back(x + push);
+    xs.push_back(y + push);
+    ys.push_back(label);
+  }
+  return std::make_shared<data::TensorDataset>(kiln::tensor<float>(xs, Shape{n, 2}),
+                                               kiln::tensor<int64_t>(ys));
+}
+
+struct Rig {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Adam> optimizer;
+  Trainer trainer;
+
+  explicit Rig(const std::vector<std::string>& metrics = {"accuracy"}) {
+    kiln::manual_seed(7);
+    model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 16),
+                                             std::make_shared<nn::ReLU>(),
+                                             std::make_shared<nn::Linear>(16, 2));
+    optimizer = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 0.05});
+    trainer.compile(
+        *model, *optimizer,
+        [](const Tensor& logits, const Tensor& target) { return cross_entropy(logits, target); },
+        metrics);
+  }
+};
+
+data::DataLoader loader(std::shared_ptr<data::TensorDataset> ds, int64_t batch, bool shuffle) {
+  return data::DataLoader(
+      ds, data::DataLoaderOptions{.batch_size = batch, .shuffle = shuffle, .seed = 1});
+}
+
+TEST(Fit, LearnsSeparableDataWithHistory) {
+  Rig s;
+  auto train_loader = loader(separable(256, 1), 32, true);
+  auto val_loader = loader(separable(128, 2), 50, false);
+  const History history = s.trainer.fit(train_loader, 4, &val_loader, std::cout, false);
+
+  EXPECT_EQ(history.epochs(), 4);
+  for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+    ASSERT_TRUE(history.metrics.count(key)) << key;
+    EXPECT_EQ(history.metrics.at(key).size(), 4u) << key;
+  }
+  EXPECT_EQ(history.metrics.size(), 4u);
+  EXPECT_GT(history.metrics.at("val_accuracy").back(), 0.95);
+  EXPECT_GT(history.metrics.at("accuracy").back(), 0.95);
+  EXPECT_LT(history.metrics.at("loss").back(), history.metrics.at("loss").front());
+  EXPECT_TRUE(s.model->is_training());  // fit restores the mode it found
+}
+
+TEST(Fit, EvaluateAndPredictMatchManualComputation) {
+  Rig s;
+  auto train_loader = loader(separable(256, 1), 32, true);
+  s.trainer.fit(train_loader, 1, nullptr, std::cout, false);
+
+  auto ds = separable(100, 3);
+  auto eval_loader = loader(ds, 32, false);  // uneven last batch: weighting matters
+  const Logs logs = s.trainer.evaluate(eval_loader);
+
+  NoGradGuard no_grad;
+  const Tensor logits = (*s.model)(ds->data());
+  const double loss = cross_entropy(logits, ds->target()).item();
+  const auto values = logits.to_vector<float>();
+  const auto labels = ds->target().to_vector<int64_t>();
+  int64_t correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i)
+    correct += (values[2 * i + 1] > values[2 * i] ? 1 : 0) == labels[i];
+  EXPECT_NEAR(logs.at("loss"), loss, 1e-5);
+  EXPECT_DOUBLE_EQ(logs.at("accuracy"), static_cast<double>(correct) / 100.0);
+
+  const Tensor predicted = s.trainer.predict(eval_loader);
+  ASSERT_EQ(predicted.shape(), (Shape{100, 2}));
+  const auto p = predicted.to_vector<float>();
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(p[i], values[i], 1e-6);
+}
+
+TEST(Fit, VerboseOutputHasEpochsAndBars) {
+  Rig s;
+  double now = 0.0;
+  s.trainer.set_clock([&] { return now += 0.5; });
+  auto train_loader = loader(separable(64, 1), 16, false);
+  auto val_loader = loader(separable(32, 2), 16, false);
+  std::ostringstream out;
+  s.trainer.fit(train_loader, 2, &val_loader, out, true, false);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("Epoch 1/2\n1/4 ["), std::string::npos) << text;
+  EXPECT_NE(text.find("Epoch 2/2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("4/4 [==============================] - "), std::string::npos) << text;
+  EXPECT_NE(text.find(" - val_accuracy: "), std::string::npos) << text;
+  EXPECT_NE(text.find(" samples/s"), std::string::npos) << text;
+}
+
+TEST(Fit, EarlyStoppingRules) {
+  EarlyStopping stop("val_loss", /*patience=*/1);
+  stop.on_train_begin();
+  EXPECT_FALSE(stop.on_epoch_end(0, {{"val_loss", 1.0}}));
+  EXPECT_FALSE(stop.on_epoch_end(1, {{"val_loss", 0.9}}));
+  EXPECT_FALSE(stop.on_epoch_end(2, {{"val_loss", 0.95}}));
+  EXPECT_TRUE(stop.on_epoch_end(3, {{"val_loss", 0.96}}));
+  EXPECT_EQ(stop.stopped_epoch(), 3);
+  EXPECT_DOUBLE_EQ(stop.best(), 0.9);
+
+  EarlyStopping acc("val_accuracy", 0, 0.01);  // auto mode maximizes accuracy
+  EXPECT_FALSE(acc.on_epoch_end(0, {{"val_accuracy", 0.5}}));
+  EXPECT_FALSE(acc.on_epoch_end(1, {{"val_accuracy", 0.6}}));
+  EXPECT_TRUE(acc.on_epoch_end(2, {{"val_accuracy", 0.605}}));  // within min_delta
+
+  try {
+    EarlyStopping missing("val_f1");
+    missing.on_epoch_end(0, {{"loss", 1.0}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[EarlyStopping]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("loss"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(EarlyStopping("loss", 0, 0, "sideways"), Error);
+}
+
+TEST(Fit, EarlyStoppingEndsFit) {
+  Rig s;
+  auto stop = std::make_shared<EarlyStopping>("loss", 0, /*min_delta=*/1e9);
+  s.trainer.add_callback(stop);
+  auto train_loader = loader(separable(64, 1), 32, false);
+  const History history = s.trainer.fit(train_loader, 10, nullptr, std::cout, false);
+  EXPECT_EQ(history.epochs(), 2);
+  EXPECT_EQ(stop->stopped_epoch(), 1);
+}
+
+TEST(Fit, Errors) {
+  Trainer trainer;
+  auto train_loader = loader(separable(8, 1), 4, false);
+  try {
+    trainer.fit(train_loader, 1, nullptr, std::cout, false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[fit]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_fit.cpp"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Rig(std::vector<std::string>{"auc"}), Error);
+}
+
+}  // namespace
+}  // namespace kiln::train
