@@ -7,9 +7,11 @@ packages=(
   libfmt-dev             # fmt: error messages and printing
   nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
   zlib1g-dev             # zlib: gzip-compressed IDX datasets
+  libpng-dev libjpeg62-turbo-dev  # libpng, libjpeg-turbo: image-folder datasets
+  libcli11-dev           # CLI11: the kiln command's flags
   libgtest-dev libgmock-dev  # GoogleTest: the unit tests
   libbenchmark-dev       # Google Benchmark: bench/
-  python3-torch python3-numpy  # PyTorch: live parity tests and head-to-head benchmarks
+  python3-torch python3-numpy python3-pil  # PyTorch: live parity tests and head-to-head benchmarks
   dataset-fashion-mnist  # the real Fashion-MNIST data
 )
 missing=()

@@ -1,0 +1,2 @@
+// The `kiln` command. Placeholder until the CLI lands in this session.
+int main() { return 0; }
