@@ -112,4 +112,30 @@ std::shared_ptr<Module> resnet18(int64_t in_channels, int64_t classes) {
   return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2}, in_channels, classes);
 }
 
+std::vector<std::string> model_names() {
+  return {"mlp", "cnn", "resnet18"};
+}
+
+std::shared_ptr<Module> make_model(const std::string& name, int64_t in_channels, int64_t image_size,
+                                   int64_t classes, const Loc& loc) {
+  if (in_channels < 1 || image_size < 1 || classes < 1)
+    fail("make_model", loc,
+         "expected positive in_channels, image_size and classes, but got {}, {} and {}",
+         in_channels, image_size, classes);
+  if (name == "mlp") return mlp(in_channels * image_size * image_size, {256}, classes);
+  if (name == "cnn") {
+    if (image_size % 4 != 0)
+      fail("make_model", loc, "expected an image size divisible by 4 for \"cnn\", but got {}",
+           image_size);
+    return small_cnn(in_channels, classes, image_size);
+  }
+  if (name == "resnet18") {
+    if (image_size < 8)
+      fail("make_model", loc, "expected images of at least 8x8 for \"resnet18\", but got {}",
+           image_size);
+    return resnet18(in_channels, classes);
+  }
+  fail("make_model", loc, "expected a model name among mlp, cnn, resnet18, but got \"{}\"", name);
+}
+
 }  // namespace kiln::nn

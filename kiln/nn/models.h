@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/nn/container.h"
@@ -77,5 +78,12 @@ class ResNet : public Module {
 // 11,172,810 for 1 channel. Accepts any input of at least 8x8 (e.g. [N, 1, 28, 28] or
 // [N, 3, 32, 32]) thanks to the adaptive pool.
 std::shared_ptr<Module> resnet18(int64_t in_channels = 3, int64_t classes = 10);
+
+// The zoo by name: "mlp" (one hidden layer of 256), "cnn" (small_cnn) or "resnet18", built for
+// inputs [N, in_channels, image_size, image_size] and `classes` logits. An unknown name is an
+// Error listing model_names().
+std::shared_ptr<Module> make_model(const std::string& name, int64_t in_channels, int64_t image_size,
+                                   int64_t classes, const Loc& loc = Loc::current());
+std::vector<std::string> model_names();
 
 }  // namespace kiln::nn

@@ -92,6 +92,10 @@ class Conv2dOp final : public Op {
     detail::conv_forward_kernel(g, in[0], in[1], in.size() > 2 ? in[2] : Tensor(), out[0]);
   }
 
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return detail::conv_flops(out[0], in[1]);
+  }
+
   // conv2d is bilinear in (input, weight): each gradient is the other backward op of the same
   // geometry, so higher-order gradients need nothing more.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

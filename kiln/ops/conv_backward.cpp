@@ -81,6 +81,10 @@ class Conv2dBackwardInputOp final : public Op {
     detail::conv_backward_data_kernel(g, in[0], in[1], out[0]);
   }
 
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>&) const override {
+    return detail::conv_flops(in[0], in[1]);
+  }
+
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1], &u = ctx.grads[0];
     const Shape& ws = ctx.input_metas[1].shape;
@@ -134,6 +138,10 @@ class Conv2dBackwardWeightOp final : public Op {
     const ConvGeometry g =
         *detail::conv_geometry(in[0].shape(), weight_shape(in[0], in[1]), options_);
     detail::conv_backward_weights_kernel(g, in[0], in[1], out[0]);
+  }
+
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return detail::conv_flops(in[1], out[0]);
   }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

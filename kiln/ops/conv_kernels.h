@@ -67,5 +67,14 @@ void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Te
 void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& gy,
                                   const Tensor& gw);
 
+// Multiply-adds x2 of a convolution whose output (or output gradient) is `activation` and whose
+// weight (or weight gradient) is `weight` [O, C/groups, kH, kW]: the forward and both backwards
+// of one geometry cost the same.
+inline double conv_flops(const Tensor& activation, const Tensor& weight) {
+  return weight.size(0) == 0 ? 0.0
+                             : 2.0 * static_cast<double>(activation.numel()) *
+                                   static_cast<double>(weight.numel() / weight.size(0));
+}
+
 }  // namespace detail
 }  // namespace kiln

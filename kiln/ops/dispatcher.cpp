@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/profiler.h"
 
 namespace kiln {
 
@@ -67,6 +68,10 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   std::vector<Tensor> outputs;
   if (meta) {
     for (const TensorMeta& m : metas) outputs.push_back(empty(m.shape, {m.dtype, kMeta}));
+  } else if (detail::profiling_active()) {
+    detail::OpTimer timer(op->name());
+    outputs = op->forward(inputs, metas);
+    timer.set_flops(op->flops(inputs, outputs));
   } else {
     outputs = op->forward(inputs, metas);
   }

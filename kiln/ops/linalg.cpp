@@ -276,6 +276,10 @@ class BmmOp final : public Op {
     return {{{a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device()}};
   }
 
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].size(2));
+  }
+
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const Tensor &a = in[0], &b = in[1], &o = out[0];
     if (o.numel() == 0) return;

@@ -56,6 +56,12 @@ class Op {
   virtual Saves saves() const { return {}; }
   // View ops return outputs sharing inputs[0]'s storage; in-place checks need to know.
   virtual bool is_view() const { return false; }
+  // Floating-point operations of one execution, for the profiler's GFLOP/s (0: not counted).
+  virtual double flops(const std::vector<Tensor>& inputs,
+                       const std::vector<Tensor>& outputs) const {
+    (void)inputs, (void)outputs;
+    return 0.0;
+  }
 };
 
 using OpPtr = std::shared_ptr<const Op>;
