@@ -1,2 +1,93 @@
-// The `kiln` command. Placeholder until the CLI lands in this session.
-int main() { return 0; }
+// The `kiln` command: train a model from the zoo on a known dataset, evaluate a training
+// directory, print a model summary. `kiln --help` and `kiln <command> --help` list the flags.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "kiln/core/error.h"
+#include "tools/train_command.h"
+
+int main(int argc, char** argv) {
+  using kiln::cli::TrainArgs;
+  CLI::App app{"kiln: train, evaluate and inspect models"};
+  app.require_subcommand(1);
+
+  TrainArgs t;
+  CLI::App* train = app.add_subcommand("train", "train a model and evaluate it on the test split");
+  train->add_option("--model", t.model, "mlp, cnn or resnet18")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
+      ->capture_default_str();
+  train->add_option("--data", t.data, "dataset name")
+      ->check(CLI::IsMember({"fashion-mnist"}))
+      ->capture_default_str();
+  train->add_option("--data-dir", t.data_dir, "directory of the dataset's files");
+  train->add_option("--epochs", t.epochs, "epochs to train (in total, when resuming)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  train->add_option("--batch-size", t.batch_size, "samples per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  train->add_option("--optimizer", t.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  train->add_option("--lr", t.lr, "learning rate (peak rate for --schedule onecycle)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  train->add_option("--momentum", t.momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  train->add_option("--weight-decay", t.weight_decay, "weight decay (decoupled for adamw)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  train->add_option("--schedule", t.schedule, "learning-rate schedule: constant, cosine, onecycle")
+      ->check(CLI::IsMember({"constant", "cosine", "onecycle"}))
+      ->capture_default_str();
+  train->add_option("--label-smoothing", t.label_smoothing, "cross-entropy label smoothing")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  train->add_flag("--augment", t.augment, "random crop (padding size/8) and horizontal flip");
+  train->add_option("--workers", t.workers, "data-loading threads (0: in the training thread)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  train->add_option("--threads", t.threads, "compute threads (0: all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  train->add_option("--seed", t.seed, "seed of initialization, shuffling and augmentation")
+      ->capture_default_str();
+  train
+      ->add_option("--train-samples", t.train_samples,
+                   "train on the first N training samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
+      ->capture_default_str();
+  train->add_flag("--resume", t.resume, "continue from DIR/checkpoint when it exists");
+
+  std::string eval_dir, eval_data_dir;
+  int64_t eval_batch = 500;
+  CLI::App* eval = app.add_subcommand("eval", "evaluate a directory written by `kiln train`");
+  eval->add_option("dir", eval_dir, "the --out directory of a training run")->required();
+  eval->add_option("--data-dir", eval_data_dir, "override the dataset directory");
+  eval->add_option("--batch-size", eval_batch, "samples per batch")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+
+  std::string summary_model = "cnn", summary_data = "fashion-mnist";
+  CLI::App* summary = app.add_subcommand("summary", "print a model's layers, shapes and sizes");
+  summary->add_option("--model", summary_model, "mlp, cnn or resnet18")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
+      ->capture_default_str();
+  summary->add_option("--data", summary_data, "dataset whose input shape to use")
+      ->check(CLI::IsMember({"fashion-mnist"}))
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train) return kiln::cli::run_train(t);
+    if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);
+    return kiln::cli::run_summary(summary_model, summary_data);
+  } catch (const kiln::Error& e) {
+    std::cerr << "kiln: " << e.what() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: " << e.what() << '\n';
+    return 1;
+  }
+}

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln::nn {
@@ -255,6 +256,41 @@ Module& Module::to(DType dtype, const Loc& loc) {
   for (const Tensor& p : parameters()) convert(p);
   for (const Tensor& b : buffers()) convert(b);
   return *this;
+}
+
+void Module::add_regularizer(const std::string& param_name, Regularizer regularizer,
+                             const Loc& loc) {
+  // Module names hold no '.', so everything before the last '.' names the owning module.
+  const size_t dot = param_name.rfind('.');
+  const std::string prefix = dot == std::string::npos ? "" : param_name.substr(0, dot);
+  const std::string local = dot == std::string::npos ? param_name : param_name.substr(dot + 1);
+  Module* owner = nullptr;
+  for (const auto& [name, m] : named_modules())
+    if (name == prefix) owner = m;
+  bool found = owner && std::any_of(owner->params_.begin(), owner->params_.end(),
+                                    [&](const auto& p) { return p.first == local; });
+  if (!found) {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : named_parameters()) names.push_back(name);
+    fail("add_regularizer", loc, "expected the name of a parameter of {}, but got '{}' ({})",
+         type_name_, param_name,
+         names.empty() ? "it has no parameters" : "its parameters: " + join(names, ", "));
+  }
+  owner->regularizers_.emplace_back(local, std::move(regularizer));
+}
+
+Tensor Module::regularization_loss(const Loc& loc) const {
+  Tensor total;
+  for (const auto& [prefix, m] : named_modules()) {
+    for (const auto& [name, regularizer] : m->regularizers_) {
+      auto it = std::find_if(m->params_.begin(), m->params_.end(),
+                             [&](const auto& p) { return p.first == name; });
+      KILN_INTERNAL_ASSERT(it != m->params_.end(), "regularized parameter " + name + " vanished");
+      Tensor term = regularizer(it->second, loc);
+      total = total.defined() ? add(total, term, loc) : term;
+    }
+  }
+  return total;
 }
 
 int64_t Module::register_forward_hook(ForwardHook hook) {

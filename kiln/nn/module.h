@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/nn/regularizer.h"
 
 namespace kiln::nn {
 
@@ -89,6 +90,18 @@ class Module {
   // integer buffers such as num_batches_tracked keep their dtype, as in PyTorch.
   Module& to(DType dtype, const Loc& loc = Loc::current());
 
+  // --- regularizers (Note [regularizers] in regularizer.h) ------------------------------------
+  // Attaches a Keras-style penalty to a parameter, named as named_parameters() lists it: the
+  // module's own ("weight") or a descendant's ("fc1.weight"); the owning module keeps it.
+  // Several may be attached to one parameter (their terms add up). An unknown name is an error
+  // naming this module and listing its parameters.
+  void add_regularizer(const std::string& param_name, Regularizer regularizer,
+                       const Loc& loc = Loc::current());
+  // The sum of every attached penalty over this module and its descendants (a shared submodule
+  // counts once), on the parameters' current values, recorded for autograd like any op. An
+  // undefined Tensor when nothing is attached anywhere, so callers can skip it.
+  Tensor regularization_loss(const Loc& loc = Loc::current()) const;
+
   // --- hooks ---------------------------------------------------------------------------------
   // Returns an id for remove_forward_hook.
   int64_t register_forward_hook(ForwardHook hook);
@@ -116,6 +129,7 @@ class Module {
   std::vector<Buffer> buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
   std::vector<std::pair<int64_t, ForwardHook>> hooks_;
+  std::vector<std::pair<std::string, Regularizer>> regularizers_;  // (own parameter, penalty)
   int64_t next_hook_id_ = 0;
 };
 

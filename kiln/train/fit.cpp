@@ -5,16 +5,11 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/join.h"
 
 namespace kiln::train {
 namespace {
-
-std::string available_keys(const Logs& logs) {
-  std::string keys;
-  for (const auto& [name, value] : logs) keys += (keys.empty() ? "" : ", ") + name;
-  return keys.empty() ? "none" : keys;
-}
 
 void check_batch(const char* op, const data::Example& batch, const Loc& loc) {
   if (!batch.data.defined() || !batch.target.defined())
@@ -37,53 +32,20 @@ class ModeGuard {
   bool was_;
 };
 
+// The loss plus the model's regularization terms (nn::Module::add_regularizer), as Keras adds
+// model.losses to both the training and the evaluation loss.
+Tensor total_loss(const LossFn& loss_fn, const nn::Module& model, const Tensor& logits,
+                  const Tensor& target) {
+  Tensor loss = loss_fn(logits, target);
+  const Tensor penalty = model.regularization_loss();
+  return penalty.defined() ? add(loss, penalty) : loss;
+}
+
 }  // namespace
 
 int64_t History::epochs() const {
   auto it = metrics.find("loss");
   return it == metrics.end() ? 0 : static_cast<int64_t>(it->second.size());
-}
-
-EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta, std::string mode,
-                             const Loc& loc)
-    : monitor_(std::move(monitor)), patience_(patience), min_delta_(min_delta), loc_(loc) {
-  if (patience < 0) fail("EarlyStopping", loc, "expected patience >= 0, but got {}", patience);
-  if (mode == "auto") {
-    maximize_ = false;
-    for (const char* key : {"acc", "f1", "precision", "recall"})
-      if (monitor_.find(key) != std::string::npos) maximize_ = true;
-  } else if (mode == "min" || mode == "max") {
-    maximize_ = mode == "max";
-  } else {
-    fail("EarlyStopping", loc, "expected mode \"auto\", \"min\" or \"max\", but got \"{}\"", mode);
-  }
-}
-
-void EarlyStopping::on_train_begin() {
-  wait_ = 0;
-  stopped_epoch_ = -1;
-  has_best_ = false;
-}
-
-bool EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
-  auto it = logs.find(monitor_);
-  if (it == logs.end())
-    fail("EarlyStopping", loc_, "expected monitor \"{}\" among the logs, but got {}", monitor_,
-         available_keys(logs));
-  const double value = it->second;
-  const bool improved =
-      !has_best_ || (maximize_ ? value - min_delta_ > best_ : value + min_delta_ < best_);
-  if (improved) {
-    best_ = value;
-    has_best_ = true;
-    wait_ = 0;
-    return false;
-  }
-  if (++wait_ > patience_) {
-    stopped_epoch_ = epoch;
-    return true;
-  }
-  return false;
 }
 
 Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, LossFn loss,
@@ -112,33 +74,65 @@ void Trainer::check_compiled(const char* op, const Loc& loc) const {
 
 History Trainer::fit(data::DataLoader& train, int epochs, data::DataLoader* validation,
                      std::ostream& out, bool verbose, bool is_tty, const Loc& loc) {
+  return fit(train,
+             FitOptions{.epochs = epochs,
+                        .initial_epoch = 0,
+                        .validation = validation,
+                        .out = &out,
+                        .verbose = verbose,
+                        .is_tty = is_tty},
+             loc);
+}
+
+History Trainer::fit(data::DataLoader& train, const FitOptions& options, const Loc& loc) {
   check_compiled("fit", loc);
+  const int epochs = options.epochs;
   if (epochs < 0) fail("fit", loc, "expected epochs >= 0, but got {}", epochs);
+  if (options.initial_epoch < 0 || options.initial_epoch > epochs)
+    fail("fit", loc, "expected 0 <= initial_epoch <= epochs ({}), but got initial_epoch {}", epochs,
+         options.initial_epoch);
+  if (options.verbose && options.out == nullptr)
+    fail("fit", loc, "expected an output stream for verbose progress, but got a null pointer");
+  std::ostream* out = options.verbose ? options.out : nullptr;
+
   History history;
+  for (auto& callback : callbacks_) {
+    callback->set_context(model_, optimizer_);
+    callback->set_fit_location(loc);
+  }
   for (auto& callback : callbacks_) callback->on_train_begin();
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    Logs logs;
+  Logs logs;
+  for (int epoch = options.initial_epoch; epoch < epochs; ++epoch) {
+    train.set_epoch(static_cast<uint64_t>(epoch));
+    for (auto& callback : callbacks_) callback->on_epoch_begin(epoch);
+    logs.clear();
+    std::vector<std::string> stop_reasons;
+    auto stop_reason = [](const Callback& callback) {
+      std::string reason = callback.stop_reason();
+      return reason.empty() ? callback.name() + " stopped training" : reason;
+    };
     {
       ModeGuard mode(*model_, /*training=*/true);
       Mean loss_mean;
       for (auto& metric : metrics_) metric->reset();
       const int64_t steps = train.num_batches();
       std::unique_ptr<ProgressBar> bar;
-      if (verbose) {
-        out << "Epoch " << epoch + 1 << "/" << epochs << '\n';
-        bar = std::make_unique<ProgressBar>(steps, out, is_tty, clock_);
+      if (out != nullptr) {
+        *out << "Epoch " << epoch + 1 << "/" << epochs << '\n';
+        bar = std::make_unique<ProgressBar>(steps, *out, options.is_tty, clock_);
       }
       int64_t step = 0, samples = 0;
       for (const data::Example& batch : train) {
         check_batch("fit", batch, loc);
         optimizer_->zero_grad();
         const Tensor logits = (*model_)(batch.data);
-        const Tensor loss = loss_(logits, batch.target);
+        const Tensor loss = total_loss(loss_, *model_, logits, batch.target);
         loss.backward();
         optimizer_->step(loc);
 
         const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
-        loss_mean.update(loss.item(loc), static_cast<double>(n));
+        const double batch_loss = loss.item(loc);
+        loss_mean.update(batch_loss, static_cast<double>(n));
         {
           NoGradGuard no_grad;
           const Tensor detached = logits.detach();
@@ -149,18 +143,34 @@ History Trainer::fit(data::DataLoader& train, int epochs, data::DataLoader* vali
         logs["loss"] = loss_mean.result();
         for (auto& metric : metrics_) logs[metric->name()] = metric->result();
         if (bar) bar->update(step, logs, samples);
+        const Logs batch_logs{{"loss", batch_loss}};
+        for (auto& callback : callbacks_)
+          if (callback->on_batch_end(step - 1, batch_logs))
+            stop_reasons.push_back(stop_reason(*callback));
+        if (!stop_reasons.empty()) break;
       }
       logs["loss"] = loss_mean.result();
       for (auto& metric : metrics_) logs[metric->name()] = metric->result();
-      if (validation != nullptr)
-        for (const auto& [name, value] : evaluate(*validation, loc)) logs["val_" + name] = value;
+      if (options.validation != nullptr)
+        for (const auto& [name, value] : evaluate(*options.validation, loc))
+          logs["val_" + name] = value;
       if (bar) bar->finish(logs, samples);
     }
+    for (auto& callback : callbacks_) callback->update_logs(epoch, logs);
+    history.epoch.push_back(epoch);
     for (const auto& [name, value] : logs) history.metrics[name].push_back(value);
-    bool stop = false;
-    for (auto& callback : callbacks_) stop = callback->on_epoch_end(epoch, logs) || stop;
-    if (stop) break;
+    for (auto& callback : callbacks_)
+      if (callback->on_epoch_end(epoch, logs)) stop_reasons.push_back(stop_reason(*callback));
+    if (!stop_reasons.empty()) {
+      history.stopped_epoch = epoch;
+      for (const auto& reason : stop_reasons)
+        history.stop_reason += (history.stop_reason.empty() ? "" : "; ") + reason;
+      if (out != nullptr)
+        *out << "Stopped after epoch " << epoch + 1 << ": " << history.stop_reason << '\n';
+      break;
+    }
   }
+  for (auto& callback : callbacks_) callback->on_train_end(logs);
   return history;
 }
 
@@ -173,7 +183,7 @@ Logs Trainer::evaluate(data::DataLoader& loader, const Loc& loc) {
   for (const data::Example& batch : loader) {
     check_batch("evaluate", batch, loc);
     const Tensor logits = (*model_)(batch.data);
-    const Tensor loss = loss_(logits, batch.target);
+    const Tensor loss = total_loss(loss_, *model_, logits, batch.target);
     const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
     loss_mean.update(loss.item(loc), static_cast<double>(n));
     for (auto& metric : metrics_) metric->update(logits, batch.target, loc);

@@ -12,65 +12,50 @@
 #include "kiln/data/loader.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/train/callbacks.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/progress.h"
 
 namespace kiln::train {
 
-// One value per metric name ("loss", "accuracy", "val_loss", ...).
-using Logs = std::map<std::string, double>;
 // Maps (logits, target) to a scalar loss, e.g. a lambda around kiln::cross_entropy.
 using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& target)>;
 
 // Per-epoch values of every reported metric, in epoch order (Keras' History.history).
 struct History {
   std::map<std::string, std::vector<double>> metrics;
+  // The absolute epoch (from 0) of each entry, as Keras' History.epoch.
+  std::vector<int> epoch;
+  // Set when a callback stopped training: the epoch (from 0) it stopped after, and why (each
+  // stopping callback's stop_reason(), joined by "; ").
+  int stopped_epoch = -1;
+  std::string stop_reason;
   int64_t epochs() const;
 };
 
-// Hooks into fit(). Only epoch ends exist so far; batch-level hooks can follow.
-class Callback {
- public:
-  virtual ~Callback() = default;
-  virtual void on_train_begin() {}
-  // `epoch` counts from 0; returning true stops training after this epoch.
-  virtual bool on_epoch_end(int epoch, const Logs& logs) = 0;
-};
-
-// Stops when `monitor` has not improved by more than min_delta for `patience` consecutive
-// epochs (Keras semantics). mode "auto" maximizes metrics whose name contains "acc", "f1",
-// "precision" or "recall" and minimizes the others; "min" / "max" force it. A monitor missing
-// from the logs is an Error naming the available keys.
-class EarlyStopping final : public Callback {
- public:
-  explicit EarlyStopping(std::string monitor = "val_loss", int patience = 0, double min_delta = 0.0,
-                         std::string mode = "auto", const Loc& loc = Loc::current());
-  void on_train_begin() override;
-  bool on_epoch_end(int epoch, const Logs& logs) override;
-  // The epoch (from 0) at which training was stopped, or -1.
-  int stopped_epoch() const { return stopped_epoch_; }
-  double best() const { return best_; }
-
- private:
-  std::string monitor_;
-  int patience_;
-  double min_delta_;
-  bool maximize_;
-  int wait_ = 0;
-  int stopped_epoch_ = -1;
-  double best_ = 0.0;
-  bool has_best_ = false;
-  Loc loc_;
+// What fit runs. Epochs initial_epoch .. epochs-1 run (absolute numbers, as in Keras), so a fit
+// resumed from a checkpoint taken after epoch k passes initial_epoch = k and sees the same
+// epoch numbers, loader shuffles and progress headers as an uninterrupted run.
+struct FitOptions {
+  int epochs = 1;
+  int initial_epoch = 0;
+  data::DataLoader* validation = nullptr;
+  // Receives "Epoch i/n", the progress bars and stop notices when verbose.
+  std::ostream* out = &std::cout;
+  bool verbose = true;
+  // Selects carriage-return redraws (see Note [progress output]).
+  bool is_tty = false;
 };
 
 // Note [trainer]
 // ~~~~~~~~~~~~~~
 // Keras' compile/fit/evaluate/predict over a kiln model. A training step is
 // zero_grad, forward (model.train()), loss, backward, optimizer.step(); metrics read the detached
-// logits. The reported loss is the batch-size-weighted mean of the batch losses, which for a
-// mean-reduced loss equals the loss over the whole epoch's samples. Validation and evaluate run
-// with model.eval() under NoGradGuard and restore the model's previous mode. Batches must carry
-// targets (Example::target) for fit and evaluate.
+// logits. The loss includes the model's regularization terms (Module::add_regularizer), in
+// training and in evaluation, as in Keras. The reported loss is the batch-size-weighted mean of the
+// batch losses, which for a mean-reduced loss equals the loss over the whole epoch's samples.
+// Validation and evaluate run with model.eval() under NoGradGuard and restore the model's previous
+// mode. Batches must carry targets (Example::target) for fit and evaluate.
 class Trainer {
  public:
   Trainer() = default;
@@ -81,8 +66,11 @@ class Trainer {
   void compile(nn::Module& model, optim::Optimizer& optimizer, LossFn loss,
                const std::vector<std::string>& metrics = {}, const Loc& loc = Loc::current());
 
-  // With verbose, prints "Epoch i/n" and a progress bar per epoch to `out`; is_tty selects
-  // carriage-return redraws (see Note [progress output]).
+  // Trains; callbacks run as Note [callback order] says. Before each epoch the train loader's
+  // epoch is set to the absolute epoch number (DataLoader::set_epoch), so shuffles depend on the
+  // epoch alone, not on how many passes the loader made before.
+  History fit(data::DataLoader& train, const FitOptions& options, const Loc& loc = Loc::current());
+  // fit with FitOptions{epochs, 0, validation, &out, verbose, is_tty}.
   History fit(data::DataLoader& train, int epochs, data::DataLoader* validation = nullptr,
               std::ostream& out = std::cout, bool verbose = true, bool is_tty = false,
               const Loc& loc = Loc::current());

@@ -106,6 +106,34 @@ TEST(Fit, EvaluateAndPredictMatchManualComputation) {
   for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(p[i], values[i], 1e-6);
 }
 
+TEST(Fit, RegularizationTermsJoinTheTrainingAndEvaluationLoss) {
+  Rig s;
+  s.model->add_regularizer("0.weight", nn::l2(0.1));
+  auto ds = separable(64, 5);
+  auto eval_loader = loader(ds, 64, false);
+  const Logs logs = s.trainer.evaluate(eval_loader);
+  {
+    NoGradGuard no_grad;
+    const double plain = cross_entropy((*s.model)(ds->data()), ds->target()).item();
+    double penalty = 0.0;
+    for (float w : s.model->state_dict()[0].second.to_vector<float>()) penalty += 0.1 * w * w;
+    EXPECT_GT(penalty, 1e-3);
+    EXPECT_NEAR(logs.at("loss"), plain + penalty, 1e-5);
+  }
+
+  // Training shrinks the regularized weight more than the same training without the term.
+  Rig free;
+  auto train_a = loader(separable(256, 1), 32, true), train_b = loader(separable(256, 1), 32, true);
+  s.trainer.fit(train_a, 3, nullptr, std::cout, false);
+  free.trainer.fit(train_b, 3, nullptr, std::cout, false);
+  auto norm = [](const Rig& r) {
+    double n = 0.0;
+    for (float w : r.model->state_dict()[0].second.to_vector<float>()) n += w * w;
+    return n;
+  };
+  EXPECT_LT(norm(s), norm(free));
+}
+
 TEST(Fit, VerboseOutputHasEpochsAndBars) {
   Rig s;
   double now = 0.0;
@@ -123,7 +151,7 @@ TEST(Fit, VerboseOutputHasEpochsAndBars) {
 }
 
 TEST(Fit, EarlyStoppingRules) {
-  EarlyStopping stop("val_loss", /*patience=*/1);
+  EarlyStopping stop("val_loss", /*patience=*/2);
   stop.on_train_begin();
   EXPECT_FALSE(stop.on_epoch_end(0, {{"val_loss", 1.0}}));
   EXPECT_FALSE(stop.on_epoch_end(1, {{"val_loss", 0.9}}));
@@ -131,6 +159,10 @@ TEST(Fit, EarlyStoppingRules) {
   EXPECT_TRUE(stop.on_epoch_end(3, {{"val_loss", 0.96}}));
   EXPECT_EQ(stop.stopped_epoch(), 3);
   EXPECT_DOUBLE_EQ(stop.best(), 0.9);
+
+  EarlyStopping first("val_loss", /*patience=*/1);  // Keras: patience 1 stops at once
+  EXPECT_FALSE(first.on_epoch_end(0, {{"val_loss", 1.0}}));
+  EXPECT_TRUE(first.on_epoch_end(1, {{"val_loss", 1.5}}));
 
   EarlyStopping acc("val_accuracy", 0, 0.01);  // auto mode maximizes accuracy
   EXPECT_FALSE(acc.on_epoch_end(0, {{"val_accuracy", 0.5}}));
@@ -156,6 +188,136 @@ TEST(Fit, EarlyStoppingEndsFit) {
   const History history = s.trainer.fit(train_loader, 10, nullptr, std::cout, false);
   EXPECT_EQ(history.epochs(), 2);
   EXPECT_EQ(stop->stopped_epoch(), 1);
+}
+
+std::vector<std::vector<float>> weights(const nn::Module& model) {
+  std::vector<std::vector<float>> w;
+  for (const auto& [name, t] : model.state_dict()) w.push_back(t.to_vector<float>());
+  return w;
+}
+
+TEST(Fit, InitialEpochResumesNumberingAndShuffles) {
+  Rig straight;
+  auto straight_loader = loader(separable(96, 1), 16, true);
+  const History full =
+      straight.trainer.fit(straight_loader, FitOptions{.epochs = 4, .verbose = false});
+  EXPECT_EQ(full.epoch, (std::vector<int>{0, 1, 2, 3}));
+
+  Rig resumed;
+  auto first_loader = loader(separable(96, 1), 16, true);
+  resumed.trainer.fit(first_loader, FitOptions{.epochs = 2, .verbose = false});
+  std::vector<int> seen;
+  resumed.trainer.add_callback(std::make_shared<LambdaCallback>(
+      LambdaHooks{.on_epoch_begin = [&](int epoch) { seen.push_back(epoch); }}));
+  auto fresh_loader = loader(separable(96, 1), 16, true);  // its own epoch counter is 0
+  std::ostringstream out;
+  const History rest =
+      resumed.trainer.fit(fresh_loader, FitOptions{.epochs = 4, .initial_epoch = 2, .out = &out});
+  EXPECT_EQ(seen, (std::vector<int>{2, 3}));
+  EXPECT_EQ(rest.epoch, (std::vector<int>{2, 3}));
+  EXPECT_EQ(rest.epochs(), 2);
+  EXPECT_EQ(out.str().find("Epoch 1/4"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Epoch 3/4\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Epoch 4/4\n"), std::string::npos) << out.str();
+  // Epochs 2 and 3 saw the same shuffles as in the uninterrupted run, so the weights agree.
+  EXPECT_EQ(weights(*resumed.model), weights(*straight.model));
+  EXPECT_EQ(rest.metrics.at("loss"),
+            (std::vector<double>{full.metrics.at("loss")[2], full.metrics.at("loss")[3]}));
+
+  // Nothing left to run is not an error.
+  EXPECT_EQ(resumed.trainer
+                .fit(fresh_loader, FitOptions{.epochs = 4, .initial_epoch = 4, .verbose = false})
+                .epochs(),
+            0);
+}
+
+TEST(Fit, FitOptionsErrors) {
+  Rig s;
+  auto train_loader = loader(separable(8, 1), 4, false);
+  for (int initial : {-1, 3}) {
+    try {
+      s.trainer.fit(train_loader, FitOptions{.epochs = 2, .initial_epoch = initial});
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[fit]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("initial_epoch"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("test_fit.cpp"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(s.trainer.fit(train_loader, FitOptions{.epochs = 1, .out = nullptr}), Error);
+}
+
+TEST(Fit, EarlyStoppingEndsFitAndIsReported) {
+  Rig s;
+  s.trainer.add_callback(std::make_shared<EarlyStopping>("loss", 0, /*min_delta=*/1e9));
+  auto train_loader = loader(separable(64, 1), 32, false);
+  std::ostringstream out;
+  const History history = s.trainer.fit(train_loader, 10, nullptr, out, true);
+  EXPECT_EQ(history.stopped_epoch, 1);
+  EXPECT_NE(history.stop_reason.find("EarlyStopping: loss did not improve for 1 epoch(s)"),
+            std::string::npos)
+      << history.stop_reason;
+  EXPECT_NE(out.str().find("Stopped after epoch 2: EarlyStopping"), std::string::npos) << out.str();
+}
+
+TEST(Fit, LambdaCallbackSeesEveryHookInOrder) {
+  Rig rig;
+  std::vector<std::string> events;
+  rig.trainer.add_callback(std::make_shared<LambdaCallback>(LambdaHooks{
+      .on_train_begin = [&] { events.push_back("train_begin"); },
+      .on_train_end =
+          [&](const Logs& logs) { events.push_back("train_end:" + std::to_string(logs.size())); },
+      .on_epoch_begin = [&](int e) { events.push_back("epoch_begin:" + std::to_string(e)); },
+      .update_logs = [&](int e, Logs&) { events.push_back("logs:" + std::to_string(e)); },
+      .on_epoch_end =
+          [&](int e, const Logs& logs) {
+            events.push_back("epoch_end:" + std::to_string(e) + ":" +
+                             std::to_string(logs.count("val_loss")));
+            return false;
+          },
+      .on_batch_end =
+          [&](int64_t b, const Logs& logs) {
+            events.push_back("batch:" + std::to_string(b) + ":" + std::to_string(logs.size()));
+            return false;
+          }}));
+  rig.trainer.add_callback(std::make_shared<LambdaCallback>(LambdaHooks{}));  // all empty
+  auto train = loader(separable(32, 1), 16, true);
+  auto val = loader(separable(16, 2), 16, false);
+  rig.trainer.fit(train, 2, &val, std::cout, false);
+  const std::vector<std::string> expected = {
+      "train_begin",   "epoch_begin:0", "batch:0:1", "batch:1:1", "logs:0",        "epoch_end:0:1",
+      "epoch_begin:1", "batch:0:1",     "batch:1:1", "logs:1",    "epoch_end:1:1", "train_end:4"};
+  EXPECT_EQ(events, expected);
+}
+
+TEST(Fit, BatchStopEndsTheEpochEarlyButCompletesIt) {
+  Rig rig;
+  int64_t batches = 0;
+  bool epoch_end_seen = false;
+  rig.trainer.add_callback(
+      std::make_shared<LambdaCallback>(LambdaHooks{.on_epoch_end =
+                                                       [&](int, const Logs&) {
+                                                         epoch_end_seen = true;
+                                                         return false;
+                                                       },
+                                                   .on_batch_end =
+                                                       [&](int64_t b, const Logs&) {
+                                                         ++batches;
+                                                         return b == 1;
+                                                       }}));
+  auto train = loader(separable(64, 1), 16, true);
+  auto val = loader(separable(16, 2), 16, false);
+  std::ostringstream out;
+  const History history =
+      rig.trainer.fit(train, FitOptions{.epochs = 3, .validation = &val, .out = &out});
+  EXPECT_EQ(batches, 2);
+  EXPECT_TRUE(epoch_end_seen);
+  EXPECT_EQ(history.epochs(), 1);
+  EXPECT_EQ(history.metrics.count("val_loss"), 1u);
+  EXPECT_EQ(history.stop_reason, "LambdaCallback stopped training");
+  EXPECT_NE(out.str().find("Stopped after epoch 1: LambdaCallback stopped training\n"),
+            std::string::npos)
+      << out.str();
 }
 
 TEST(Fit, Errors) {

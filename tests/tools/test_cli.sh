@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `kiln` command: flag errors, a short training run with every output
+# file, eval of the run's directory, and a resume that reproduces an uninterrupted run bit for bit.
+# Usage: test_cli.sh path/to/kiln
+set -euo pipefail
+kiln="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# expect_error TEXT ARGS...: kiln ARGS must exit non-zero and print TEXT.
+expect_error() {
+  local text="$1" out
+  shift
+  if out=$("$kiln" "$@" 2>&1); then fail "kiln $* succeeded; expected an error"; fi
+  grep -qF -- "$text" <<<"$out" || fail "kiln $*: expected '$text' in: $out"
+}
+
+expect_error "--model" train --model vgg
+expect_error "--epochs" train --epochs 0
+expect_error "--optimizer" train --optimizer lbfgs
+expect_error "--lr" train --lr -1
+expect_error "--bogus" train --bogus
+expect_error "A subcommand is required" 
+expect_error "does not exist" eval "$tmp/nowhere"
+mkdir "$tmp/empty"
+expect_error "$tmp/empty" train --model mlp --data-dir "$tmp/empty" --out "$tmp/x"
+
+"$kiln" summary --model cnn >"$tmp/summary.txt"
+grep -q "421,834" "$tmp/summary.txt" || fail "summary lacks the cnn's parameter count"
+
+small=(--model mlp --train-samples 2048 --batch-size 256 --workers 2 --seed 3)
+"$kiln" train "${small[@]}" --epochs 2 --out "$tmp/straight" >"$tmp/straight.log"
+grep -q "Test accuracy: " "$tmp/straight.log" || fail "no test accuracy in the output"
+for f in model.safetensors checkpoint history.csv curves.svg summary.txt metrics.json; do
+  [[ -e "$tmp/straight/$f" ]] || fail "missing $f in the run directory"
+done
+[[ $(wc -l <"$tmp/straight/history.csv") -eq 3 ]] || fail "history.csv should have 2 epochs"
+"$kiln" eval "$tmp/straight" >"$tmp/eval.log"
+grep -q "accuracy" "$tmp/eval.log" || fail "eval printed no accuracy"
+# The accuracy eval reports is the one training reported.
+train_acc=$(grep -o "Test accuracy: [0-9.]*" "$tmp/straight.log" | grep -o "[0-9.]*$")
+grep -q "accuracy ${train_acc}%" "$tmp/eval.log" || fail "eval disagrees with train ($train_acc)"
+
+"$kiln" train "${small[@]}" --epochs 1 --out "$tmp/resumed" >/dev/null
+"$kiln" train "${small[@]}" --epochs 2 --out "$tmp/resumed" --resume >"$tmp/resume.log"
+grep -q "Resuming from" "$tmp/resume.log" || fail "resume did not resume"
+cmp "$tmp/straight/model.safetensors" "$tmp/resumed/model.safetensors" ||
+  fail "1 epoch + resume + 1 epoch differs from 2 epochs"
+[[ $(wc -l <"$tmp/resumed/history.csv") -eq 3 ]] || fail "resumed history.csv should have 2 epochs"
+echo "kiln command: all checks passed"

@@ -1,0 +1,45 @@
+#include "tools/datasets.h"
+
+#include "kiln/core/error.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/factories.h"
+
+namespace kiln::cli {
+namespace {
+
+std::shared_ptr<data::TensorDataset> normalized(const data::TensorDataset& ds,
+                                                const DataInfo& info) {
+  const Shape shape{1, info.channels, 1, 1};
+  Tensor mean = tensor<float>(info.mean, shape);
+  Tensor std = tensor<float>(info.std, shape);
+  return std::make_shared<data::TensorDataset>(div(sub(ds.data(), mean), std), ds.target());
+}
+
+}  // namespace
+
+DataInfo data_info(const std::string& name) {
+  if (name == "fashion-mnist")
+    return DataInfo{1,
+                    28,
+                    {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                     "Sneaker", "Bag", "Ankle boot"},
+                    {0.2860f},
+                    {0.3530f}};
+  throw Error("[kiln] expected --data fashion-mnist, but got \"" + name + "\"");
+}
+
+std::string default_data_dir(const std::string& name) {
+  if (name == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
+  return "";
+}
+
+ImageData load_image_data(const std::string& name, std::string dir) {
+  ImageData d;
+  d.info = data_info(name);
+  if (dir.empty()) dir = default_data_dir(name);
+  d.train = normalized(*data::fashion_mnist(dir, "train"), d.info);
+  d.test = normalized(*data::fashion_mnist(dir, "test"), d.info);
+  return d;
+}
+
+}  // namespace kiln::cli

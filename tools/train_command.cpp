@@ -1,0 +1,218 @@
+#include "tools/train_command.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "kiln/kiln.h"
+#include "tools/datasets.h"
+#include "tools/report.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, std::vector<Tensor> params) {
+  if (a.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(
+        std::move(params),
+        optim::SGDOptions{.lr = a.lr, .momentum = a.momentum, .weight_decay = a.weight_decay});
+  if (a.optimizer == "adam")
+    return std::make_unique<optim::Adam>(
+        std::move(params), optim::AdamOptions{.lr = a.lr, .weight_decay = a.weight_decay});
+  if (a.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(
+        std::move(params), optim::AdamWOptions{.lr = a.lr, .weight_decay = a.weight_decay});
+  throw Error("[kiln train] expected --optimizer sgd, adam or adamw, but got \"" + a.optimizer +
+              "\"");
+}
+
+// "constant" (none), "cosine" (per epoch, to 0 at the last epoch) or "onecycle" (per batch, peak
+// at --lr). Returns whether it steps per batch.
+std::unique_ptr<optim::LRScheduler> make_schedule(const TrainArgs& a, optim::Optimizer& opt,
+                                                  int64_t steps_per_epoch, bool& per_batch) {
+  per_batch = a.schedule == "onecycle";
+  if (a.schedule == "constant") return nullptr;
+  if (a.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, a.epochs);
+  if (a.schedule == "onecycle")
+    return std::make_unique<optim::OneCycleLR>(
+        opt, optim::OneCycleLROptions{.max_lr = {a.lr}, .total_steps = a.epochs * steps_per_epoch});
+  throw Error("[kiln train] expected --schedule constant, cosine or onecycle, but got \"" +
+              a.schedule + "\"");
+}
+
+nlohmann::json args_json(const TrainArgs& a) {
+  return {{"model", a.model},
+          {"data", a.data},
+          {"data_dir", a.data_dir},
+          {"epochs", a.epochs},
+          {"batch_size", a.batch_size},
+          {"optimizer", a.optimizer},
+          {"lr", a.lr},
+          {"momentum", a.momentum},
+          {"weight_decay", a.weight_decay},
+          {"schedule", a.schedule},
+          {"label_smoothing", a.label_smoothing},
+          {"augment", a.augment},
+          {"workers", a.workers},
+          {"seed", a.seed}};
+}
+
+// Saves the full training state after every epoch, steps the LR schedule and keeps the history
+// (including epochs from before a resume) for the checkpoint's metadata.
+class EpochState final : public train::Callback {
+ public:
+  EpochState(const TrainArgs& args, std::string dir, nn::Module& model, optim::Optimizer& opt,
+             optim::LRScheduler* schedule, bool per_batch, train::History history)
+      : args_(args),
+        dir_(std::move(dir)),
+        model_(model),
+        opt_(opt),
+        schedule_(schedule),
+        per_batch_(per_batch),
+        history_(std::move(history)) {}
+
+  bool on_batch_end(int64_t, const train::Logs&) override {
+    ++step_;
+    if (schedule_ != nullptr && per_batch_) schedule_->step();
+    return false;
+  }
+
+  bool on_epoch_end(int epoch, const train::Logs& logs) override {
+    if (schedule_ != nullptr && !per_batch_) schedule_->step();
+    for (const auto& [name, value] : logs) history_.metrics[name].push_back(value);
+    nlohmann::json meta = {{"args", args_json(args_)}, {"history", history_.metrics}};
+    train::save_checkpoint(dir_, model_, opt_, schedule_,
+                           train::CheckpointState{epoch + 1, step_, meta});
+    return false;
+  }
+
+  const train::History& history() const { return history_; }
+  void set_step(int64_t step) { step_ = step; }
+
+ private:
+  const TrainArgs& args_;
+  std::string dir_;
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  optim::LRScheduler* schedule_;
+  bool per_batch_;
+  train::History history_;
+  int64_t step_ = 0;
+};
+
+std::shared_ptr<data::Dataset> augmented(std::shared_ptr<data::TensorDataset> ds,
+                                         const DataInfo& info) {
+  data::Compose stages(
+      {data::RandomCrop(info.image_size, info.image_size / 8), data::RandomHorizontalFlip(0.5)});
+  return std::make_shared<data::TransformDataset>(std::move(ds), stages);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  io::write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                        "kiln");
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& a) {
+  if (a.epochs < 1)
+    throw Error("[kiln train] expected --epochs >= 1, but got " + std::to_string(a.epochs));
+  if (a.threads > 0) set_num_threads(a.threads);
+  const fs::path out(a.out);
+  fs::create_directories(out);
+  const std::string ckpt = (out / "checkpoint").string();
+
+  ImageData d = load_image_data(a.data, a.data_dir);
+  if (a.train_samples > 0 && a.train_samples < d.train->size())
+    d.train =
+        std::make_shared<data::TensorDataset>(d.train->data().narrow(0, 0, a.train_samples),
+                                              d.train->target().narrow(0, 0, a.train_samples));
+  manual_seed(a.seed);
+  auto model = nn::make_model(a.model, d.info.channels, d.info.image_size, d.info.classes());
+  const std::string summary =
+      nn::summary(*model, {d.info.channels, d.info.image_size, d.info.image_size});
+  std::cout << summary;
+  write_text(out / "summary.txt", summary);
+
+  data::DataLoader train_loader(
+      a.augment ? augmented(d.train, d.info) : std::shared_ptr<data::Dataset>(d.train),
+      {.batch_size = a.batch_size, .shuffle = true, .num_workers = a.workers, .seed = a.seed});
+  data::DataLoader test_loader(d.test, {.batch_size = 500, .num_workers = a.workers});
+
+  auto opt = make_optimizer(a, model->parameters());
+  bool per_batch = false;
+  auto schedule = make_schedule(a, *opt, train_loader.num_batches(), per_batch);
+
+  int initial_epoch = 0;
+  int64_t step = 0;
+  train::History history;
+  if (a.resume && train::checkpoint_exists(ckpt)) {
+    const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
+    const auto& prev = meta.at("args");
+    if (prev.at("model") != a.model || prev.at("data") != a.data)
+      throw Error("[kiln train] --resume: the checkpoint in " + ckpt + " trained --model " +
+                  prev.at("model").get<std::string>() + " on --data " +
+                  prev.at("data").get<std::string>() + ", not " + a.model + " on " + a.data);
+    const train::CheckpointState state = train::load_checkpoint(ckpt, *model, *opt, schedule.get());
+    initial_epoch = static_cast<int>(state.epoch);
+    step = state.step;
+    history.metrics = meta.at("history").get<decltype(history.metrics)>();
+    std::cout << "Resuming from " << ckpt << " after epoch " << initial_epoch << "\n";
+  } else if (a.resume) {
+    std::cout << "No checkpoint in " << ckpt << "; starting from scratch\n";
+  }
+
+  train::Trainer trainer(*model, *opt,
+                         [&](const Tensor& logits, const Tensor& target) {
+                           return cross_entropy(logits, target, Tensor(), -100, Reduction::Mean,
+                                                a.label_smoothing);
+                         },
+                         {"accuracy"});
+  auto state =
+      std::make_shared<EpochState>(a, ckpt, *model, *opt, schedule.get(), per_batch, history);
+  state->set_step(step);
+  trainer.add_callback(state);
+  trainer.add_callback(std::make_shared<train::CSVLogger>((out / "history.csv").string(),
+                                                          /*append=*/initial_epoch > 0));
+
+  const auto start = std::chrono::steady_clock::now();
+  train::FitOptions fit_options;
+  fit_options.epochs = a.epochs;
+  fit_options.initial_epoch = initial_epoch;
+  fit_options.validation = &test_loader;
+  fit_options.is_tty = isatty(STDOUT_FILENO) != 0;
+  trainer.fit(train_loader, fit_options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const TestReport report = evaluate_classifier(*model, test_loader, d.info.class_names);
+  io::save_safetensors((out / "model.safetensors").string(), model->state_dict(),
+                       {{"model", a.model}, {"data", a.data}});
+  train::write_training_curves(state->history(), (out / "curves.svg").string());
+  const int epochs_run = a.epochs - initial_epoch;
+  nlohmann::json metrics = {{"test", report.to_json()},
+                            {"train_seconds", seconds},
+                            {"epochs_run", epochs_run},
+                            {"args", args_json(a)},
+                            {"threads", get_num_threads()}};
+  write_text(out / "metrics.json", metrics.dump(2) + "\n");
+
+  report.print(std::cout);
+  if (epochs_run > 0)
+    std::cout << fmt::format("Trained {} epoch(s) in {:.1f} s ({:.1f} s/epoch)\n", epochs_run,
+                             seconds, seconds / epochs_run);
+  std::cout << fmt::format("Test accuracy: {:.2f}% (loss {:.4f}, {} images)\n",
+                           100.0 * report.accuracy, report.loss, report.samples);
+  std::cout << "Saved in " << out.string()
+            << "/: model.safetensors, checkpoint/, history.csv, curves.svg, summary.txt, "
+               "metrics.json\n";
+  return 0;
+}
+
+}  // namespace kiln::cli

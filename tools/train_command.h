@@ -1,0 +1,40 @@
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kiln::cli {
+
+// `kiln train`'s flags (see tools/kiln_main.cpp for their help texts).
+struct TrainArgs {
+  std::string model = "cnn";
+  std::string data = "fashion-mnist";
+  std::string data_dir;  // empty: the dataset's default directory
+  int epochs = 2;
+  int64_t batch_size = 128;
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  double momentum = 0.9;  // sgd only
+  double weight_decay = 0.0;
+  std::string schedule = "constant";
+  double label_smoothing = 0.0;
+  bool augment = false;
+  int workers = 1;
+  int threads = 0;  // 0: all cores
+  uint64_t seed = 0;
+  int64_t train_samples = 0;  // 0: the whole training split; else its first N samples
+  std::string out = "out/cnn";
+  bool resume = false;
+};
+
+// Trains, evaluates on the test split and writes DIR/{checkpoint/, model.safetensors,
+// history.csv, curves.svg, summary.txt, metrics.json}. Returns the process exit code.
+int run_train(const TrainArgs& args);
+
+// `kiln eval DIR`: rebuilds the model recorded in DIR's checkpoint and evaluates it on the test
+// split (loss, accuracy, per-class precision/recall/F1 and the confusion matrix).
+int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_size);
+
+// `kiln summary --model M --data D`: the Keras-style table for the model on the dataset's inputs.
+int run_summary(const std::string& model, const std::string& data);
+
+}  // namespace kiln::cli
