@@ -1,6 +1,7 @@
 #include "tools/datasets.h"
 
 #include "kiln/core/error.h"
+#include "kiln/data/cifar.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 
@@ -25,7 +26,14 @@ DataInfo data_info(const std::string& name) {
                      "Sneaker", "Bag", "Ankle boot"},
                     {0.2860f},
                     {0.3530f}};
-  throw Error("[kiln] expected --data fashion-mnist, but got \"" + name + "\"");
+  if (name == "cifar10")
+    return DataInfo{
+        3,
+        32,
+        {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"},
+        {0.4914f, 0.4822f, 0.4465f},
+        {0.2470f, 0.2435f, 0.2616f}};
+  throw Error("[kiln] expected --data fashion-mnist or cifar10, but got \"" + name + "\"");
 }
 
 std::string default_data_dir(const std::string& name) {
@@ -37,8 +45,13 @@ ImageData load_image_data(const std::string& name, std::string dir) {
   ImageData d;
   d.info = data_info(name);
   if (dir.empty()) dir = default_data_dir(name);
-  d.train = normalized(*data::fashion_mnist(dir, "train"), d.info);
-  d.test = normalized(*data::fashion_mnist(dir, "test"), d.info);
+  if (dir.empty())
+    throw Error("[kiln] --data " + name + " needs --data-dir (the directory of its files)");
+  auto read = [&](const std::string& split) {
+    return name == "cifar10" ? data::cifar10(dir, split) : data::fashion_mnist(dir, split);
+  };
+  d.train = normalized(*read("train"), d.info);
+  d.test = normalized(*read("test"), d.info);
   return d;
 }
 

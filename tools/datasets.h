@@ -29,7 +29,8 @@ struct ImageData {
 DataInfo data_info(const std::string& name);
 
 // "fashion-mnist" (dir defaults to Debian's /usr/share/datasets/fashion-mnist) or "cifar10"
-// (dir holds cifar-10-batches-bin's files). Errors name the dataset and the directory.
+// (dir holds the files of cifar-10-batches-bin, or is its parent; no default). Errors name the
+// dataset and the directory.
 ImageData load_image_data(const std::string& name, std::string dir);
 std::string default_data_dir(const std::string& name);
 

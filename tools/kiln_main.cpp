@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
       ->capture_default_str();
   train->add_option("--data", t.data, "dataset name")
-      ->check(CLI::IsMember({"fashion-mnist"}))
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
       ->capture_default_str();
   train->add_option("--data-dir", t.data_dir, "directory of the dataset's files");
   train->add_option("--epochs", t.epochs, "epochs to train (in total, when resuming)")
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
       ->capture_default_str();
   summary->add_option("--data", summary_data, "dataset whose input shape to use")
-      ->check(CLI::IsMember({"fashion-mnist"}))
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -276,6 +276,57 @@ class CachingStream final : public Stream {
   std::vector<Example> seen_;
 };
 
+// Note [interleave]: this is tf.data's InterleaveDataset iterator, step for step. The current
+// slot, when open, yields its next element (after block_length of them, or when it runs out, the
+// cycle moves on to the next slot); an empty slot is filled with fn(next input element) without
+// moving on; once the input is exhausted, empty slots are skipped until every slot is closed.
+class InterleaveStream final : public Stream {
+ public:
+  InterleaveStream(Up input, std::function<Pipeline(const Example&)> fn, int64_t cycle,
+                   int64_t block)
+      : input_(std::move(input)), fn_(std::move(fn)), slots_(cycle), block_(block) {}
+  std::optional<Example> next() override {
+    while (!end_of_input_ || open_ > 0) {
+      Up& slot = slots_[cycle_index_];
+      if (slot) {
+        if (auto e = slot->next()) {
+          if (++block_index_ == block_) advance();
+          return e;
+        }
+        slot.reset();
+        --open_;
+        advance();
+      } else if (!end_of_input_) {
+        auto e = input_->next();
+        if (!e) {
+          end_of_input_ = true;
+          continue;
+        }
+        slot = fn_(*e).stream();
+        ++open_;
+      } else {
+        advance();
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  void advance() {
+    block_index_ = 0;
+    cycle_index_ = (cycle_index_ + 1) % slots_.size();
+  }
+
+  Up input_;
+  std::function<Pipeline(const Example&)> fn_;
+  std::vector<Up> slots_;
+  int64_t block_;
+  size_t cycle_index_ = 0;
+  int64_t block_index_ = 0;
+  int64_t open_ = 0;
+  bool end_of_input_ = false;
+};
+
 void check_positive(const char* stage, int64_t n, bool allow_zero) {
   if (n < 0 || (!allow_zero && n == 0))
     fail(stage, Loc::current(), "expected a count {} 0, but got {}", allow_zero ? ">=" : ">", n);
@@ -353,6 +404,18 @@ Pipeline Pipeline::cache() const {
     }
     if (items) return std::make_unique<VectorStream>(items);
     return std::make_unique<CachingStream>(f(), state);
+  });
+}
+
+Pipeline Pipeline::interleave(std::function<Pipeline(const Example&)> fn, int64_t cycle_length,
+                              int64_t block_length, const Loc& loc) const {
+  if (!fn) fail("Pipeline.interleave", loc, "expected a function, but got an empty one");
+  if (cycle_length < 1 || block_length < 1)
+    fail("Pipeline.interleave", loc,
+         "expected cycle_length >= 1 and block_length >= 1, but got {} and {}", cycle_length,
+         block_length);
+  return Pipeline([f = factory_, fn, cycle_length, block_length]() -> Up {
+    return std::make_unique<InterleaveStream>(f(), fn, cycle_length, block_length);
   });
 }
 

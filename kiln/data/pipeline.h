@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/data/dataset.h"
@@ -21,7 +22,6 @@ class Stream {
 // A tf.data-style chain of lazy stages. A Pipeline is a recipe (a factory of Streams), cheap to
 // copy; nothing runs until a pass starts. Stages see the element only, so randomness (shuffle)
 // is keyed by the stage's seed, the pass number and a draw counter, never by threads.
-// Not implemented: interleave and a file-backed cache.
 class Pipeline {
  public:
   using Factory = std::function<std::unique_ptr<Stream>()>;
@@ -48,6 +48,14 @@ class Pipeline {
   Pipeline prefetch(int64_t buffer = 2) const;
   // Keeps the first complete pass in memory and replays it afterwards.
   Pipeline cache() const;
+  // Keeps the first complete pass in `filename` and replays it on later passes, also in later
+  // runs of the program (see Note [file cache]); an empty filename means cache().
+  Pipeline cache(const std::string& filename, const Loc& loc = Loc::current()) const;
+  // tf.data's interleave: maps up to `cycle_length` input elements to sub-pipelines with `fn`
+  // and takes `block_length` consecutive elements from each in turn; an exhausted sub-pipeline's
+  // slot is refilled from the next input element in place. Deterministic (see Note [interleave]).
+  Pipeline interleave(std::function<Pipeline(const Example&)> fn, int64_t cycle_length,
+                      int64_t block_length = 1, const Loc& loc = Loc::current()) const;
 
   std::unique_ptr<Stream> stream() const { return factory_(); }
   // Runs one pass and returns every element.
@@ -56,5 +64,25 @@ class Pipeline {
  private:
   Factory factory_;
 };
+
+// Note [file cache]
+// ~~~~~~~~~~~~~~~~~
+// cache(filename) behaves like tf.data's: a pass that finds `filename` reads the elements from it
+// and never runs the stages above; otherwise the pass runs them and streams each element to
+// "<filename>.tmp.<pid>", which is renamed to `filename` only when the pass reaches its end (see
+// Note [atomic write] in kiln/io/atomic_file.h). A pass stopped early (take(), an exception, a
+// dropped stream) deletes the temp file, so no later pass can mistake a partial cache for a
+// complete one (a killed process may leave its temp file behind, never a file under the cache's
+// name). While a pass of this process writes `filename`, other concurrent passes that would
+// write it run their upstream stages without writing. The file is not tied to the upstream
+// stages: delete it when they change.
+//
+// Format (little-endian): the 8 bytes "KILNCCH1"; per element the tag byte 1, a flags byte
+// (1: data defined, 2: target defined), each defined tensor as {u8 dtype (kiln's DType value),
+// u8 rank, rank x i64 dims, the contiguous bytes}, then the CRC-32 of the element's bytes from
+// its tag on; finally the tag byte 0, u64 element count and the 8 bytes "KILNCEND". Reading
+// checks the magic and the end marker before the first element, each header against the file
+// size before allocating, and each CRC, so a truncated or corrupt file is a kiln::Error naming
+// the file and the byte offset, never a crash.
 
 }  // namespace kiln::data

@@ -51,4 +51,19 @@ grep -q "Resuming from" "$tmp/resume.log" || fail "resume did not resume"
 cmp "$tmp/straight/model.safetensors" "$tmp/resumed/model.safetensors" ||
   fail "1 epoch + resume + 1 epoch differs from 2 epochs"
 [[ $(wc -l <"$tmp/resumed/history.csv") -eq 3 ]] || fail "resumed history.csv should have 2 epochs"
+# CIFAR-10 in its binary format (random pixels, 64 records per file): the CNN builds for 3x32x32.
+mkdir "$tmp/cifar"
+for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
+  python3 -c "import os, sys
+sys.stdout.buffer.write(b''.join(bytes([i % 10]) + os.urandom(3072) for i in range(64)))" \
+    >"$tmp/cifar/$f.bin"
+done
+expect_error "needs --data-dir" train --data cifar10 --out "$tmp/c"
+"$kiln" train --model cnn --data cifar10 --data-dir "$tmp/cifar" --epochs 1 --batch-size 64 \
+  --augment --out "$tmp/c" >"$tmp/cifar.log"
+grep -q "Test accuracy: .*(loss .*, 64 images)" "$tmp/cifar.log" || fail "cifar10 run: $(tail -3 "$tmp/cifar.log")"
+"$kiln" eval "$tmp/c" | grep -q "cnn on cifar10" || fail "eval of the cifar10 run"
+head -c 5000 "$tmp/cifar/test_batch.bin" >"$tmp/cifar/truncated.bin"
+mv "$tmp/cifar/truncated.bin" "$tmp/cifar/test_batch.bin"
+expect_error "test_batch.bin" eval "$tmp/c" --data-dir "$tmp/cifar"
 echo "kiln command: all checks passed"
