@@ -3,7 +3,10 @@
 #include <vector>
 
 #include "kiln/data/transforms.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/indexing.h"
+#include "kiln/ops/pad.h"
 
 namespace kiln::data {
 namespace {
@@ -101,6 +104,57 @@ TEST(DataTransforms, ComposeStagesDrawIndependentBits) {
   EXPECT_EQ(y.shape(), (Shape{1, 2, 2}));
   EXPECT_EQ(y.dtype(), DType::Float32);
   EXPECT_EQ(y.to_vector<float>(), pipeline(x, ctx).to_vector<float>());
+}
+
+}  // namespace
+}  // namespace kiln::data
+
+// The direct kernels (Note [transform kernels]) against the op chains they replace.
+namespace kiln::data {
+namespace {
+
+SampleContext context(int64_t index) {
+  return SampleContext{11, 2, index, 0};
+}
+
+TEST(DataTransforms, KernelsEqualTheirOpChains) {
+  std::vector<uint8_t> bytes(256);
+  for (int i = 0; i < 256; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  const Tensor all = tensor<uint8_t>(bytes, Shape{1, 16, 16});
+  const Tensor f = ToFloat()(all, context(0));
+  EXPECT_EQ(f.to_vector<float>(), div(all.to(DType::Float32), 255.0).to_vector<float>());
+
+  const Tensor rgb =
+      div(tensor<uint8_t>(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 243), Shape{3, 9, 9})
+              .to(DType::Float32),
+          7.0);
+  const Tensor mean = tensor<float>({0.4914f, 0.4822f, 0.4465f}, Shape{3, 1, 1});
+  const Tensor std = tensor<float>({0.2470f, 0.2435f, 0.2616f}, Shape{3, 1, 1});
+  const Tensor normalized =
+      Normalize({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616})(rgb, context(0));
+  EXPECT_EQ(normalized.to_vector<float>(), div(sub(rgb, mean), std).to_vector<float>());
+
+  for (DType dt : {DType::UInt8, DType::Float32, DType::Float64, DType::Int64}) {
+    const Tensor img = all.to(dt).reshape({2, 8, 16}).transpose(-1, -2);  // non-contiguous
+    for (int64_t index = 0; index < 40; ++index) {
+      const SampleContext ctx = context(index);
+      const Tensor cropped = RandomCrop(10, 3)(img, ctx);
+      const auto bits = sample_bits(ctx);
+      const int64_t top = bounded_int(bits[0], 16 + 6 - 10 + 1);
+      const int64_t left = bounded_int(bits[1], 8 + 6 - 10 + 1);
+      const Tensor want =
+          pad(img, {3, 3, 3, 3}).narrow(-2, top, 10).narrow(-1, left, 10).contiguous();
+      ASSERT_EQ(cropped.shape(), want.shape());
+      EXPECT_EQ(cropped.to(DType::Float64).to_vector<double>(),
+                want.to(DType::Float64).to_vector<double>())
+          << dtype_name(dt) << " sample " << index;
+
+      const Tensor flipped = RandomHorizontalFlip(1.0)(img, ctx);
+      const Tensor reversed = index_select(img, -1, tensor<int64_t>({7, 6, 5, 4, 3, 2, 1, 0}));
+      EXPECT_EQ(flipped.to(DType::Float64).to_vector<double>(),
+                reversed.to(DType::Float64).to_vector<double>());
+    }
+  }
 }
 
 }  // namespace
