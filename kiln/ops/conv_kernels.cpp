@@ -241,11 +241,14 @@ void ref_backward_weights(const ConvGeometry& g, const double* x, const double* 
 
 // --- oneDNN (float32) ----------------------------------------------------------------------------
 
-// Note [conv layouts]: the primitives read and write kiln's plain layouts (nchw activations,
-// oihw / goihw weights), so no reorder runs before or after them. oneDNN's fastest kernels want
-// blocked layouts (nChw8c, OIhw8i8o); choosing them with format_tag::any and keeping activations
-// blocked between consecutive dense ops (DESIGN.md: a storage may hold a backend layout) is
-// issue 4's work. With plain layouts oneDNN runs its im2col + GEMM kernels.
+// Note [conv layouts]: kiln's tensors hold plain layouts (nchw activations, oihw / goihw
+// weights). Primitives created for plain layouts run oneDNN's im2col + GEMM fallback, 1.5-3x
+// slower than its direct kernels, which want blocked layouts (nChw16c, OIhw16i16o, ...). So each
+// primitive is created with format_tag::any, oneDNN picks its layouts, and every operand whose
+// chosen layout differs from kiln's is reordered in (inputs) or out (the output) around the call,
+// as PyTorch's mkldnn path does. Primitives and reorders are cached by geometry. Keeping
+// activations blocked between consecutive convolutions, instead of reordering per op, is the
+// next step (DESIGN.md: a storage may hold a backend layout).
 //
 // Note [conv determinism]: the forward and data-gradient primitives compute each output element
 // as one dot product. oneDNN's weight gradient may split the batch between threads and add the
@@ -258,15 +261,16 @@ struct ConvDescs {
   dnnl::memory::dims strides, dilates, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const ConvGeometry& g, bool with_bias) {
+ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any) {
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
   ConvDescs d;
-  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, tag::nchw);
-  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, tag::nchw);
-  d.wei = g.groups == 1 ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, tag::oihw)
-                        : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw},
-                                             f32, tag::goihw);
+  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, any ? tag::any : tag::nchw);
+  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, any ? tag::any : tag::nchw);
+  d.wei = g.groups == 1
+              ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, any ? tag::any : tag::oihw)
+              : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
+                                   any ? tag::any : tag::goihw);
   if (with_bias) d.bias = dnnl::memory::desc({g.o}, f32, tag::x);
   d.strides = {g.sh, g.sw};
   d.dilates = {g.dh - 1, g.dw - 1};  // oneDNN counts the gaps: 0 is a dense kernel
@@ -275,9 +279,19 @@ ConvDescs conv_descs(const ConvGeometry& g, bool with_bias) {
   return d;
 }
 
+// One operand of a pass: kiln's plain layout, the primitive's, and the reorder between them
+// (empty when they agree).
+struct Operand {
+  int arg = 0;
+  dnnl::memory::desc plain, chosen;
+  dnnl::reorder reorder;
+  bool needs_reorder() const { return plain != chosen; }
+};
+
 struct ConvEntry {
   dnnl::primitive primitive;
-  ConvDescs descs;
+  Operand a, b, out;  // the pass's two inputs (in the kernels' order) and its output
+  dnnl::memory::desc bias;
 };
 
 LruCache<ConvEntry>& conv_cache() {
@@ -285,30 +299,58 @@ LruCache<ConvEntry>& conv_cache() {
   return *cache;
 }
 
+Operand operand(int arg, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen,
+                bool is_output) {
+  Operand o{arg, plain, chosen, {}};
+  if (o.needs_reorder()) {
+    dnnl::engine& eng = dnnl_engine();
+    o.reorder = is_output ? dnnl::reorder(dnnl::reorder::primitive_desc(eng, chosen, eng, plain))
+                          : dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, chosen));
+  }
+  return o;
+}
+
 ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
-  ConvEntry e;
-  e.descs = conv_descs(g, with_bias);
-  const ConvDescs& d = e.descs;
+  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false);
+  const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
   dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, d.src, d.wei, d.bias,
                                       d.dst, d.strides, d.dilates, d.pad_l, d.pad_r),
       eng);
+  ConvEntry e;
+  e.bias = plain.bias;
   if (pass == Pass::kForward) {
     e.primitive = dnnl::convolution_forward(fwd);
+    e.a = operand(DNNL_ARG_SRC, plain.src, fwd.src_desc(), false);
+    e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, fwd.weights_desc(), false);
+    e.out = operand(DNNL_ARG_DST, plain.dst, fwd.dst_desc(), true);
   } else if (pass == Pass::kBackwardData) {
-    dnnl::convolution_backward_data::desc desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
-                                               d.pad_l, d.pad_r);
-    e.primitive = dnnl::convolution_backward_data(
-        dnnl::convolution_backward_data::primitive_desc(desc, eng, fwd));
+    dnnl::convolution_backward_data::primitive_desc pd(
+        dnnl::convolution_backward_data::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
+                                              d.pad_l, d.pad_r),
+        eng, fwd);
+    e.primitive = dnnl::convolution_backward_data(pd);
+    e.a = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
+    e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, pd.weights_desc(), false);
+    e.out = operand(DNNL_ARG_DIFF_SRC, plain.src, pd.diff_src_desc(), true);
   } else {
-    dnnl::convolution_backward_weights::desc desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
-                                                  d.pad_l, d.pad_r);
-    e.primitive = dnnl::convolution_backward_weights(
-        dnnl::convolution_backward_weights::primitive_desc(desc, eng, fwd));
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        dnnl::convolution_backward_weights::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
+                                                 d.pad_l, d.pad_r),
+        eng, fwd);
+    e.primitive = dnnl::convolution_backward_weights(pd);
+    e.a = operand(DNNL_ARG_SRC, plain.src, pd.src_desc(), false);
+    e.b = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
+    e.out = operand(DNNL_ARG_DIFF_WEIGHTS, plain.wei, pd.diff_weights_desc(), true);
   }
   return e;
+}
+
+// A float32 buffer of `bytes` from kiln's caching allocator, for a blocked copy of an operand.
+Tensor scratch(const dnnl::memory::desc& desc) {
+  return empty({static_cast<int64_t>((desc.get_size() + 3) / 4)}, {DType::Float32});
 }
 
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
@@ -325,28 +367,34 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   const bool direct = out.dtype() == DType::Float32;
   const Tensor o32 = direct ? out : empty(out.shape(), {DType::Float32});
   dnnl::engine& eng = dnnl_engine();
-  const ConvDescs& d = e.descs;
+  dnnl::stream& s = dnnl_stream();
+  std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
-  if (pass == Pass::kForward) {
-    args[DNNL_ARG_SRC] = dnnl::memory(d.src, eng, a32.raw_data());
-    args[DNNL_ARG_WEIGHTS] = dnnl::memory(d.wei, eng, b32.raw_data());
-    args[DNNL_ARG_DST] = dnnl::memory(d.dst, eng, o32.raw_data());
-  } else if (pass == Pass::kBackwardData) {
-    args[DNNL_ARG_DIFF_DST] = dnnl::memory(d.dst, eng, a32.raw_data());
-    args[DNNL_ARG_WEIGHTS] = dnnl::memory(d.wei, eng, b32.raw_data());
-    args[DNNL_ARG_DIFF_SRC] = dnnl::memory(d.src, eng, o32.raw_data());
+  for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
+    dnnl::memory plain(op->plain, eng, t->raw_data());
+    if (!op->needs_reorder()) {
+      args[op->arg] = plain;
+      continue;
+    }
+    keep.push_back(scratch(op->chosen));
+    dnnl::memory blocked(op->chosen, eng, keep.back().raw_data());
+    op->reorder.execute(s, plain, blocked);
+    args[op->arg] = blocked;
+  }
+  dnnl::memory out_plain(e.out.plain, eng, o32.raw_data());
+  if (e.out.needs_reorder()) {
+    keep.push_back(scratch(e.out.chosen));
+    args[e.out.arg] = dnnl::memory(e.out.chosen, eng, keep.back().raw_data());
   } else {
-    args[DNNL_ARG_SRC] = dnnl::memory(d.src, eng, a32.raw_data());
-    args[DNNL_ARG_DIFF_DST] = dnnl::memory(d.dst, eng, b32.raw_data());
-    args[DNNL_ARG_DIFF_WEIGHTS] = dnnl::memory(d.wei, eng, o32.raw_data());
+    args[e.out.arg] = out_plain;
   }
   Tensor bias32;
   if (bias != nullptr) {
     bias32 = dense(*bias, DType::Float32);
-    args[DNNL_ARG_BIAS] = dnnl::memory(d.bias, eng, bias32.raw_data());
+    args[DNNL_ARG_BIAS] = dnnl::memory(e.bias, eng, bias32.raw_data());
   }
-  dnnl::stream& s = dnnl_stream();
   e.primitive.execute(s, args);
+  if (e.out.needs_reorder()) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
   if (!direct) copy_into(out, o32);
 }

@@ -1,0 +1,378 @@
+#!/usr/bin/python3
+"""Joins the head-to-head sides' JSON files into one table and one JSON report (bench/h2h/run.sh).
+
+  report.py --dir WORK [--out FILE] [--compare SAVED] [--tolerance 0.10] [--meta KEY=VALUE ...]
+
+WORK holds {kiln,torch}_{micro,train,infer,cnn}.json and ort_infer.json (each side's output) and
+prepare.json (torch_h2h.py prepare). A missing or unreadable file leaves its cells empty ("-") and
+is listed at the end.
+
+Exit status: 0; 2 when a correctness guard failed (kiln's or ONNX Runtime's ResNet-18 logits
+differ from PyTorch's by more than 1e-4 relative); 3 when --compare flagged a slowdown (and the
+guards passed).
+"""
+import argparse
+import json
+import os
+import sys
+
+SIDES = ("kiln", "torch", "ort", "onednn")
+SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN"}
+GROUPS = ("micro", "infer", "train", "cnn")
+LOGITS_TOLERANCE = 1e-4
+
+
+def resnet18_forward_flops():
+    """Multiply-adds x 2 of the CIFAR ResNet-18's convolutions and classifier, per 32x32 image
+    (batch norm, ReLU, additions and pooling are left out: under 1% of the total)."""
+    def conv(cin, cout, k, side):  # side: the output's height = width
+        return 2 * cin * cout * k * k * side * side
+
+    flops = conv(3, 64, 3, 32)
+    cin, side = 64, 32
+    for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for block in range(2):
+            s = stride if block == 0 else 1
+            side //= s
+            flops += conv(cin, planes, 3, side) + conv(planes, planes, 3, side)
+            if s != 1 or cin != planes:
+                flops += conv(cin, planes, 1, side)
+            cin = planes
+    return flops + 2 * 512 * 10
+
+
+def small_cnn_forward_flops():
+    return (2 * 1 * 32 * 9 * 28 * 28 + 2 * 32 * 64 * 9 * 14 * 14 + 2 * 64 * 7 * 7 * 128
+            + 2 * 128 * 10)
+
+
+R18 = resnet18_forward_flops()
+CONV = 2 * 64 * 64 * 64 * 9 * 32 * 32
+MLP = 2 * (784 * 256 + 256 * 10)
+# A training step costs ~3 forwards (forward, backward-data, backward-weights).
+TRAIN = 3
+
+# key, label, unit, how a figure is shown ("time" in unit's scale, "rate" items/s, "mib"),
+# scale or items, FLOPs per call (None: not compute-bound), sides.
+ROWS = [
+    ("dispatch_add", "eager dispatch, 1-element add", "us", "time", 1e-6, None,
+     ("kiln", "torch")),
+    ("sgemm_1024", "sgemm 1024x1024", "ms", "time", 1e-3, 2 * 1024 ** 3,
+     ("kiln", "torch", "onednn")),
+    ("conv_fwd", "conv3x3 64->64 32x32 b64 forward", "ms", "time", 1e-3, CONV,
+     ("kiln", "torch")),
+    ("conv_bwd_data", "conv3x3 backward-data", "ms", "time", 1e-3, CONV, ("kiln", "torch")),
+    ("conv_bwd_weight", "conv3x3 backward-weights", "ms", "time", 1e-3, CONV,
+     ("kiln", "torch")),
+    ("resnet18_train_step", "ResNet-18 train step b128 Adam", "img/s", "rate", 128,
+     TRAIN * R18 * 128, ("kiln", "torch")),
+    ("resnet18_infer_b1", "ResNet-18 inference b1 latency", "ms", "time", 1e-3, R18,
+     ("kiln", "torch", "ort")),
+    ("resnet18_infer_b64", "ResNet-18 inference b64", "img/s", "rate", 64, R18 * 64,
+     ("kiln", "torch", "ort")),
+    ("mlp_step", "MLP 784-256-10 SGD step b64", "ms", "time", 1e-3, TRAIN * MLP * 64,
+     ("kiln", "torch")),
+    ("cnn_epoch", "small CNN Fashion-MNIST epoch", "s", "time", 1.0,
+     TRAIN * small_cnn_forward_flops() * 60000, ("kiln", "torch")),
+    ("resnet18_train_rss", "ResNet-18 train peak RSS", "MiB", "mib", 1.0, None,
+     ("kiln", "torch")),
+]
+
+# key -> [(description, predicate over the row's seconds/MiB by side)]. Speed targets compare
+# seconds per call (lower is faster); a rate's ratio is the inverse ratio of times.
+TARGETS = {
+    "resnet18_train_step": [(">= 1.2x PyTorch img/s", lambda f: f["torch"] / f["kiln"] >= 1.2)],
+    "resnet18_infer_b64": [(">= 0.9x ONNX RT", lambda f: f["ort"] / f["kiln"] >= 0.9),
+                           (">= 1.2x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.2)],
+    "resnet18_infer_b1": [("latency <= 1.2x ONNX RT", lambda f: f["kiln"] <= 1.2 * f["ort"])],
+    "mlp_step": [(">= 1.5x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.5)],
+    "cnn_epoch": [(">= 1.3x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.3)],
+    "resnet18_train_rss": [("<= PyTorch", lambda f: f["kiln"] <= f["torch"])],
+}
+
+
+def load_sides(work):
+    raw, missing = {}, []
+    for side, group in [(s, g) for s in ("kiln", "torch") for g in GROUPS] + [("ort", "infer")]:
+        path = os.path.join(work, f"{side}_{group}.json")
+        try:
+            with open(path) as f:
+                raw[f"{side}_{group}"] = json.load(f)
+        except (OSError, ValueError) as e:
+            missing.append(f"{path}: {e.__class__.__name__}: {e}")
+    return raw, missing
+
+
+def collect(raw):
+    """{key: {side: {"median": seconds or MiB, "min": ..., "extra": {...}}}} and info by side."""
+    figures, info = {}, {}
+    for name, doc in raw.items():
+        side = doc.get("side", name.split("_")[0])
+        info.setdefault(side, {}).update(doc.get("info", {}))
+        for key, r in doc.get("results", {}).items():
+            if key == "sgemm_1024_onednn":
+                key, side_here = "sgemm_1024", "onednn"
+            else:
+                side_here = side
+            figures.setdefault(key, {})[side_here] = {
+                "median": r["median_s"], "min": r["min_s"], "reps": r.get("reps"),
+                "cpu_median": r.get("cpu_median_s"),
+                "extrapolated_from_steps": r.get("extrapolated_from_steps")}
+    for side in ("kiln", "torch"):
+        peak = info.get(side, {}).get("rss_peak_mib")
+        if peak is not None:
+            figures.setdefault("resnet18_train_rss", {})[side] = {"median": peak, "min": peak}
+    return figures, info
+
+
+def shown(kind, scale, value):
+    """A figure in the table's unit: times scaled, rates as items per second, MiB as is."""
+    if kind == "time":
+        return value / scale
+    if kind == "rate":
+        return scale / value
+    return value
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def build_rows(figures):
+    # The machine's peak: the best sgemm repetition of the three (the least disturbed by other
+    # load); every workload's fraction of it uses that workload's median.
+    peak, peak_side = 0.0, None
+    for side in ("kiln", "onednn", "torch"):
+        f = figures.get("sgemm_1024", {}).get(side)
+        if f:
+            g = 2 * 1024 ** 3 / f["min"] / 1e9
+            if g > peak:
+                peak, peak_side = g, side
+    rows = []
+    for key, label, unit, kind, scale, flops, sides in ROWS:
+        fig = figures.get(key, {})
+        row = {"key": key, "label": label, "unit": unit, "figures": {}, "vs": {}, "vs_cpu": {},
+               "gflops": {}, "peak_fraction": {}, "targets": []}
+        for side in sides:
+            f = fig.get(side)
+            if not f:
+                continue
+            row["figures"][side] = {"median": shown(kind, scale, f["median"]),
+                                    "best": shown(kind, scale, f["min"]),
+                                    "median_raw": f["median"], "min_raw": f["min"],
+                                    "cpu_median_raw": f.get("cpu_median")}
+            if f.get("extrapolated_from_steps"):
+                row["extrapolated_from_steps"] = f["extrapolated_from_steps"]
+            if flops:
+                g = flops / f["median"] / 1e9
+                row["gflops"][side] = g
+                if peak:
+                    row["peak_fraction"][side] = g / peak
+        k = fig.get("kiln")
+        for side in sides:
+            if side != "kiln" and k and fig.get(side):
+                o = fig[side]["median"]
+                # Speed: other's time / kiln's (> 1: kiln faster). Memory: kiln's / other's.
+                row["vs"][side] = k["median"] / o if kind == "mib" else o / k["median"]
+                # The same ratio in CPU seconds (all threads), less sensitive to other load.
+                kc, oc = k.get("cpu_median"), fig[side].get("cpu_median")
+                if kind != "mib" and kc and oc:
+                    row["vs_cpu"][side] = oc / kc
+        medians = {s: v["median"] for s, v in fig.items()}
+        for text, pred in TARGETS.get(key, []):
+            try:
+                met = bool(pred(medians))
+            except (KeyError, ZeroDivisionError):
+                met = None
+            row["targets"].append({"target": text, "met": met})
+        rows.append(row)
+    return rows, peak, peak_side
+
+
+def compare(rows, saved, tolerance):
+    """Marks each row's kiln figure against a saved report. Flagged: kiln's median is more than
+    `tolerance` worse than saved and, where PyTorch ran the workload both times, kiln's ratio to
+    PyTorch also fell by more than `tolerance` (a machine that got slower slows both sides)."""
+    old = {r["key"]: r for r in saved.get("rows", [])}
+    flagged = []
+    for row in rows:
+        o = old.get(row["key"])
+        k, ok = row["figures"].get("kiln"), o and o["figures"].get("kiln")
+        if not k or not ok:
+            continue
+        # Worse = more seconds or more MiB (raw figures are seconds per call or MiB).
+        change = k["median_raw"] / ok["median_raw"] - 1.0
+        entry = {"key": row["key"], "kiln_change": change}
+        worse = change > tolerance
+        t, ot = row["figures"].get("torch"), o["figures"].get("torch")
+        if t and ot:
+            torch_change = t["median_raw"] / ot["median_raw"] - 1.0
+            entry["torch_change"] = torch_change
+            relative = (1.0 + change) / (1.0 + torch_change) - 1.0
+            entry["relative_change"] = relative
+            worse = worse and relative > tolerance
+        entry["flagged"] = worse
+        row["vs_saved"] = entry
+        if worse:
+            flagged.append(entry)
+    return flagged
+
+
+def render(rows, peak, peak_side, has_saved):
+    head = ["workload", "unit", "kiln", "PyTorch", "ONNX RT", "oneDNN", "kiln vs PT",
+            "kiln vs ORT", "kiln vs 1DNN", "kiln GF/s %pk", "PT GF/s %pk", "ORT GF/s %pk",
+            "1DNN GF/s %pk", "target", "met"]
+    if has_saved:
+        head.append("kiln vs saved")
+    lines = [head]
+    for r in rows:
+        label = r["label"] + (" *" if r.get("extrapolated_from_steps") else "")
+        cells = [label, r["unit"]]
+        for side in SIDES:
+            f = r["figures"].get(side)
+            cells.append(f"{fmt(f['median'])} ({fmt(f['best'])})" if f else "-")
+        for side in ("torch", "ort", "onednn"):
+            v = r["vs"].get(side)
+            cells.append(f"{v:.2f}x" if v is not None else "-")
+        for side in SIDES:
+            g = r["gflops"].get(side)
+            p = r["peak_fraction"].get(side)
+            cells.append(f"{g:.1f} {100 * p:.0f}%" if g is not None and p is not None else
+                         (f"{g:.1f}" if g is not None else "-"))
+        cells.append("; ".join(t["target"] for t in r["targets"]) or "")
+        cells.append("; ".join({True: "PASS", False: "FAIL", None: "n/a"}[t["met"]]
+                               for t in r["targets"]))
+        if has_saved:
+            s = r.get("vs_saved")
+            if not s:
+                cells.append("-")
+            else:
+                cell = f"{100 * s['kiln_change']:+.0f}% {'SLOWER' if s['flagged'] else 'ok'}"
+                if "torch_change" in s and abs(s["torch_change"]) > 0.05:
+                    cell += f" (PT {100 * s['torch_change']:+.0f}%)"
+                cells.append(cell)
+        lines.append(cells)
+    widths = [max(len(l[i]) for l in lines) for i in range(len(head))]
+    left = {0, 1, head.index("target"), head.index("met")}
+    out = []
+    for i, l in enumerate(lines):
+        out.append(" | ".join(c.ljust(w) if j in left else c.rjust(w)
+                              for j, (c, w) in enumerate(zip(l, widths))))
+        if i == 0:
+            out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", required=True)
+    p.add_argument("--out", default="")
+    p.add_argument("--compare", default="")
+    p.add_argument("--tolerance", type=float, default=0.10)
+    p.add_argument("--meta", action="append", default=[], help="KEY=VALUE for the JSON's meta")
+    a = p.parse_args()
+
+    raw, missing = load_sides(a.dir)
+    figures, info = collect(raw)
+    rows, peak, peak_side = build_rows(figures)
+    meta = dict(kv.split("=", 1) for kv in a.meta)
+    meta["loadavg"] = {name: [d.get("loadavg_before"), d.get("loadavg_after")]
+                       for name, d in raw.items()}
+    meta["versions"] = {"torch": raw.get("torch_micro", {}).get("version"),
+                        "onnxruntime-node": raw.get("ort_infer", {}).get("version")}
+    meta["torch_blas"] = info.get("torch", {}).get("blas")
+    try:
+        with open(os.path.join(a.dir, "prepare.json")) as f:
+            meta["prepare"] = json.load(f)
+    except (OSError, ValueError):
+        pass
+
+    checks, failed_checks = {}, []
+    for side in ("kiln", "ort"):
+        err = info.get(side, {}).get("logits_max_rel_err")
+        if err is None:
+            continue
+        ok = err <= LOGITS_TOLERANCE
+        checks[f"{side}_resnet18_logits_vs_torch"] = {"max_rel_err": err, "ok": ok}
+        if not ok:
+            failed_checks.append(side)
+
+    flagged, saved_path = [], None
+    if a.compare:
+        with open(a.compare) as f:
+            saved = json.load(f)
+        saved_path = a.compare
+        flagged = compare(rows, saved, a.tolerance)
+        saved_mode = saved.get("meta", {}).get("mode")
+        if saved_mode != meta.get("mode"):
+            print(f"warning: comparing a {meta.get('mode')} run with a saved {saved_mode} run")
+
+    quick = meta.get("mode") == "quick"
+    print(f"kiln head-to-head: {meta.get('mode', '?')} mode, {meta.get('threads', '?')} threads "
+          f"each, medians (best in parentheses) of the repetitions")
+    print(f"machine: {meta.get('cpu', '?')}, {meta.get('cpus', '?')} CPUs; load average "
+          f"{meta.get('load_start', '?')} at start, {meta.get('load_end', '?')} at end")
+    print(f"PyTorch {meta['versions']['torch']} (BLAS: {meta['torch_blas'] or '?'}), "
+          f"onnxruntime-node {meta['versions']['onnxruntime-node']}, kiln {meta.get('kiln', '?')}")
+    if peak:
+        print(f"sgemm peak: {peak:.1f} GFLOP/s (the best sgemm repetition of kiln, oneDNN and "
+              f"PyTorch: {SIDE_NAMES[peak_side]}'s); GFLOP/s cells show the % of it")
+    print()
+    print(render(rows, peak, peak_side, bool(saved_path)))
+    print()
+    print("kiln vs X: X's time / kiln's time (> 1: kiln faster; rates likewise); for peak RSS, "
+          "kiln's MiB / PyTorch's (< 1: kiln smaller).")
+    print("JSON: every repetition's seconds, minimums, and the ratios in CPU seconds (vs_cpu), "
+          "which a loaded machine distorts less than wall time.")
+    print("GFLOP/s: convolutions and matmuls only (training ~ 3x forward); RSS: VmHWM of a "
+          "process that ran only the training steps (the framework's own import included).")
+    if any(f > 1.0 for r in rows for f in r["peak_fraction"].values()):
+        print("> 100% of peak: the 1024 sgemm did not reach the machine's peak in this run "
+              "(other load, or the workload uses wider kernels); read those cells with care.")
+    if any(r.get("extrapolated_from_steps") for r in rows):
+        n = next(r["extrapolated_from_steps"] for r in rows if r.get("extrapolated_from_steps"))
+        print(f"* --quick: extrapolated from {n} training steps to 60000 / 128 steps, not a "
+              f"full epoch.")
+    elif quick:
+        print("* --quick mode: few repetitions; do not quote these numbers.")
+    for name, c in checks.items():
+        print(f"correctness: {name}: max |diff| / max |ref| = {c['max_rel_err']:.2e} "
+              f"(<= {LOGITS_TOLERANCE:g}: {'ok' if c['ok'] else 'FAILED'})")
+    for side in ("kiln", "torch"):
+        i = info.get(side, {})
+        if "rss_peak_mib" in i:
+            extra = ""
+            if "allocator_peak_reserved_mib" in i:
+                extra = f", caching allocator peak reserved {i['allocator_peak_reserved_mib']:.0f}"
+            print(f"memory: {SIDE_NAMES[side]} peak RSS {i['rss_peak_mib']:.0f} MiB after "
+                  f"{i.get('steps')} steps (RSS before the model: {i['rss_baseline_mib']:.0f} "
+                  f"MiB{extra})")
+    if saved_path:
+        print(f"regression check vs {saved_path} (tolerance {100 * a.tolerance:.0f}%): "
+              + (", ".join(f"{e['key']} {100 * e['kiln_change']:+.0f}%" for e in flagged)
+                 + " SLOWER" if flagged else "no slowdown flagged"))
+    for m in missing:
+        print(f"missing: {m}")
+
+    if a.out:
+        doc = {"meta": meta, "peak_gflops": peak, "peak_from": peak_side, "rows": rows,
+               "checks": checks, "regressions": flagged, "compared_with": saved_path,
+               "missing": missing, "info": info, "raw": raw}
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, a.out)
+        print(f"wrote {a.out}")
+    if failed_checks:
+        return 2
+    return 3 if flagged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
