@@ -25,9 +25,13 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
+def prefix(split):
+    return "train" if split == "train" else "t10k"
+
+
 def load(data_dir, split):
-    x = read_idx(f"{data_dir}/{split}-images-idx3-ubyte.gz").astype(np.float32) / 255.0
-    y = read_idx(f"{data_dir}/{split}-labels-idx1-ubyte.gz").astype(np.int64)
+    x = read_idx(f"{data_dir}/{prefix(split)}-images-idx3-ubyte.gz").astype(np.float32) / 255.0
+    y = read_idx(f"{data_dir}/{prefix(split)}-labels-idx1-ubyte.gz").astype(np.int64)
     x = (torch.from_numpy(x).unsqueeze(1) - 0.2860) / 0.3530
     return x, torch.from_numpy(y)
 
