@@ -16,6 +16,7 @@
 #include "kiln/data/image_folder.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/pipeline.h"
+#include "kiln/data/subset.h"
 #include "kiln/data/transforms.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/safetensors.h"

@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
       ->add_option("--train-samples", t.train_samples,
                    "train on the first N training samples only (0: all)")
       ->check(CLI::NonNegativeNumber);
+  train
+      ->add_option("--validation-split", t.validation_split,
+                   "hold out this last fraction of the training split for validation (Keras' "
+                   "validation_split); 0 validates on the test split")
+      ->check(CLI::Range(0.0, 0.99));
   train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
       ->capture_default_str();
   train->add_flag("--resume", t.resume, "continue from DIR/checkpoint when it exists");

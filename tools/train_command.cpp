@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <tuple>
 
 #include "kiln/kiln.h"
 #include "tools/datasets.h"
@@ -106,8 +107,8 @@ class EpochState final : public train::Callback {
   int64_t step_ = 0;
 };
 
-std::shared_ptr<data::Dataset> augmented(std::shared_ptr<data::TensorDataset> ds,
-                                         const DataInfo& info) {
+std::shared_ptr<const data::Dataset> augmented(std::shared_ptr<const data::Dataset> ds,
+                                               const DataInfo& info) {
   data::Compose stages(
       {data::RandomCrop(info.image_size, info.image_size / 8), data::RandomHorizontalFlip(0.5)});
   return std::make_shared<data::TransformDataset>(std::move(ds), stages);
@@ -140,10 +141,16 @@ int run_train(const TrainArgs& a) {
   std::cout << summary;
   write_text(out / "summary.txt", summary);
 
+  // Validation data: the test split (monitoring only), or Keras-style the last
+  // --validation-split of the training split, which then is not trained on.
+  std::shared_ptr<const data::Dataset> train_set = d.train, val_set = d.test;
+  if (a.validation_split > 0)
+    std::tie(train_set, val_set) = data::validation_split(d.train, a.validation_split);
   data::DataLoader train_loader(
-      a.augment ? augmented(d.train, d.info) : std::shared_ptr<data::Dataset>(d.train),
+      a.augment ? augmented(train_set, d.info) : train_set,
       {.batch_size = a.batch_size, .shuffle = true, .num_workers = a.workers, .seed = a.seed});
   data::DataLoader test_loader(d.test, {.batch_size = 500, .num_workers = a.workers});
+  data::DataLoader val_loader(val_set, {.batch_size = 500, .num_workers = a.workers});
 
   auto opt = make_optimizer(a, model->parameters());
   bool per_batch = false;
@@ -185,7 +192,7 @@ int run_train(const TrainArgs& a) {
   train::FitOptions fit_options;
   fit_options.epochs = a.epochs;
   fit_options.initial_epoch = initial_epoch;
-  fit_options.validation = &test_loader;
+  fit_options.validation = &val_loader;
   fit_options.is_tty = isatty(STDOUT_FILENO) != 0;
   trainer.fit(train_loader, fit_options);
   const double seconds =

@@ -21,7 +21,9 @@ struct TrainArgs {
   int workers = 1;
   int threads = 0;  // 0: all cores
   uint64_t seed = 0;
-  int64_t train_samples = 0;  // 0: the whole training split; else its first N samples
+  int64_t train_samples = 0;
+  double validation_split = 0.0;  // 0: validate on the test split  // 0: the whole training split;
+                                  // else its first N samples
   std::string out = "out/cnn";
   bool resume = false;
 };

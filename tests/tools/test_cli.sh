@@ -51,6 +51,12 @@ grep -q "Resuming from" "$tmp/resume.log" || fail "resume did not resume"
 cmp "$tmp/straight/model.safetensors" "$tmp/resumed/model.safetensors" ||
   fail "1 epoch + resume + 1 epoch differs from 2 epochs"
 [[ $(wc -l <"$tmp/resumed/history.csv") -eq 3 ]] || fail "resumed history.csv should have 2 epochs"
+# Keras-style validation split: 2048 * 0.25 = 512 samples held out (6 steps of 256 remain).
+"$kiln" train --model mlp --train-samples 2048 --batch-size 256 --epochs 1 --validation-split 0.25 \
+  --out "$tmp/split" >"$tmp/split.log"
+grep -q "^6/6 " "$tmp/split.log" || fail "validation split: expected 6 training steps of 256"
+expect_error "--validation-split" train --validation-split 1.5
+
 # CIFAR-10 in its binary format (random pixels, 64 records per file): the CNN builds for 3x32x32.
 mkdir "$tmp/cifar"
 for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do

@@ -1,0 +1,79 @@
+#include "kiln/data/subset.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/data/loader.h"
+#include "kiln/ops/factories.h"
+
+namespace kiln::data {
+namespace {
+
+std::shared_ptr<TensorDataset> numbered(int64_t n) {
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  for (int64_t i = 0; i < n; ++i) xs.push_back(static_cast<float>(i)), ys.push_back(i % 3);
+  return std::make_shared<TensorDataset>(tensor<float>(xs, Shape{n, 1}), tensor<int64_t>(ys));
+}
+
+// Records the index each sample was read with.
+class IndexEcho final : public Dataset {
+ public:
+  int64_t size() const override { return 10; }
+  Example get_sample(int64_t, const SampleContext& ctx) const override {
+    return Example{tensor<int64_t>({ctx.index}), Tensor()};
+  }
+};
+
+TEST(DataSubset, ValidationSplitTakesTheLastFractionLikeKeras) {
+  auto [train, val] = validation_split(numbered(10), 0.2);
+  ASSERT_EQ(train->size(), 8);  // floor(10 * 0.8)
+  ASSERT_EQ(val->size(), 2);
+  EXPECT_EQ(train->get(7).data.to_vector<float>(), std::vector<float>{7.0f});
+  EXPECT_EQ(val->get(0).data.to_vector<float>(), std::vector<float>{8.0f});
+  EXPECT_EQ(val->get(1).target.to_vector<int64_t>(), std::vector<int64_t>{0});
+
+  DataLoader loader(val, {.batch_size = 4});
+  int batches = 0;
+  for (const Example& b : loader) {
+    EXPECT_EQ(b.data.to_vector<float>(), (std::vector<float>{8.0f, 9.0f}));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 1);
+}
+
+TEST(DataSubset, TransformsSeeTheBaseIndex) {
+  Subset tail(std::make_shared<IndexEcho>(), 6, 10);
+  EXPECT_EQ(tail.get(1).data.to_vector<int64_t>(), std::vector<int64_t>{7});
+}
+
+TEST(DataSubset, BadArgumentsNameTheProblemAndTheCaller) {
+  auto expect_error = [](auto fn, const std::string& text) {
+    try {
+      fn();
+      FAIL() << "expected an error containing " << text;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(text), std::string::npos) << what;
+      EXPECT_NE(what.find("test_subset.cpp"), std::string::npos) << what;
+    }
+  };
+  expect_error([] { validation_split(numbered(10), 0.0); }, "fraction in (0, 1)");
+  expect_error([] { validation_split(numbered(10), 1.5); }, "fraction in (0, 1)");
+  expect_error([] { validation_split(numbered(10), 0.95); }, "both parts non-empty");
+  expect_error([] { Subset(numbered(4), 2, 5); }, "[Subset]");
+  try {
+    Subset(numbered(4), 0, 2).get_sample(2, {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected an index in [0, 2), but got 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::data
