@@ -291,7 +291,7 @@ struct Operand {
 struct ConvEntry {
   dnnl::primitive primitive;
   Operand a, b, out;  // the pass's two inputs (in the kernels' order) and its output
-  dnnl::memory::desc bias;
+  dnnl::memory::desc bias, scratch;
 };
 
 LruCache<ConvEntry>& conv_cache() {
@@ -315,14 +315,16 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
   const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
+  const dnnl::primitive_attr attr = user_scratchpad_attr();
   dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, d.src, d.wei, d.bias,
                                       d.dst, d.strides, d.dilates, d.pad_l, d.pad_r),
-      eng);
+      attr, eng);
   ConvEntry e;
   e.bias = plain.bias;
   if (pass == Pass::kForward) {
     e.primitive = dnnl::convolution_forward(fwd);
+    e.scratch = fwd.scratchpad_desc();
     e.a = operand(DNNL_ARG_SRC, plain.src, fwd.src_desc(), false);
     e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, fwd.weights_desc(), false);
     e.out = operand(DNNL_ARG_DST, plain.dst, fwd.dst_desc(), true);
@@ -330,8 +332,9 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
                                               d.pad_l, d.pad_r),
-        eng, fwd);
+        attr, eng, fwd);
     e.primitive = dnnl::convolution_backward_data(pd);
+    e.scratch = pd.scratchpad_desc();
     e.a = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
     e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, pd.weights_desc(), false);
     e.out = operand(DNNL_ARG_DIFF_SRC, plain.src, pd.diff_src_desc(), true);
@@ -339,8 +342,9 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
     dnnl::convolution_backward_weights::primitive_desc pd(
         dnnl::convolution_backward_weights::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
                                                  d.pad_l, d.pad_r),
-        eng, fwd);
+        attr, eng, fwd);
     e.primitive = dnnl::convolution_backward_weights(pd);
+    e.scratch = pd.scratchpad_desc();
     e.a = operand(DNNL_ARG_SRC, plain.src, pd.src_desc(), false);
     e.b = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
     e.out = operand(DNNL_ARG_DIFF_WEIGHTS, plain.wei, pd.diff_weights_desc(), true);
@@ -393,6 +397,9 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     bias32 = dense(*bias, DType::Float32);
     args[DNNL_ARG_BIAS] = dnnl::memory(e.bias, eng, bias32.raw_data());
   }
+  const Tensor scratchpad = scratchpad_for(e.scratch);
+  if (scratchpad.defined())
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
   if (e.out.needs_reorder()) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();

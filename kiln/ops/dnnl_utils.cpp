@@ -32,4 +32,16 @@ std::optional<dnnl::memory::data_type> dnnl_dtype(DType dt) {
   }
 }
 
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+Tensor scratchpad_for(const dnnl::memory::desc& md) {
+  const size_t bytes = md.get_size();
+  if (bytes == 0) return Tensor();
+  return empty({static_cast<int64_t>((bytes + 7) / 8)}, {DType::Float64});
+}
+
 }  // namespace kiln

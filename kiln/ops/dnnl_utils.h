@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 
@@ -23,12 +24,22 @@ dnnl::stream& dnnl_stream();
 // oneDNN's data type for dt; nullopt where oneDNN has none (float64, bool, int64).
 std::optional<dnnl::memory::data_type> dnnl_dtype(DType dt);
 
+// Note [scratchpads]: in oneDNN's default scratchpad mode, primitives share one library-owned
+// scratchpad unless oneDNN was built with DNNL_ENABLE_CONCURRENT_EXEC (Debian's is not), so two
+// threads running primitives at once (DataLoader workers, user threads) could overwrite each
+// other's temporaries. Every primitive kiln creates uses the attributes below
+// (scratchpad_mode::user), and each execution passes its own scratchpad, allocated from the
+// caching allocator by scratchpad_for.
+dnnl::primitive_attr user_scratchpad_attr();
+// A buffer of at least md.get_size() bytes, or an undefined Tensor when md is empty.
+Tensor scratchpad_for(const dnnl::memory::desc& md);
+
 // Note [primitive cache]: creating a oneDNN primitive JIT-compiles code (tens of microseconds to
 // milliseconds), far more than running a small one, so each family keeps the primitives it built
 // keyed by everything that shaped them (dims, strides, dtypes, attributes). The cache is bounded
 // (least recently used entries go first) because shape-polymorphic workloads would otherwise grow
-// it without limit. Executing a primitive from several threads at once is safe in oneDNN, so the
-// lock only guards the map.
+// it without limit. Executing a primitive from several threads at once is safe with per-call
+// scratchpads (Note [scratchpads]), so the lock only guards the map.
 template <class V>
 class LruCache {
  public:

@@ -89,7 +89,7 @@ MatDesc contiguous_desc(const Tensor& t) {
 
 struct MatmulEntry {
   dnnl::matmul primitive;
-  dnnl::memory::desc a_md, b_md, c_md;
+  dnnl::memory::desc a_md, b_md, c_md, scratch_md;
   bool copy_inputs = false;  // the given layout only had oneDNN's slow reference kernel
 };
 
@@ -108,8 +108,10 @@ MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory:
   e.a_md = dnnl::memory::desc(a.dims, dt::f32, a.strides);
   e.b_md = dnnl::memory::desc(b.dims, dt::f32, b.strides);
   e.c_md = dnnl::memory::desc(c_dims, dt::f32, dnnl::memory::format_tag::abc);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), dnnl_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md),
+                                  user_scratchpad_attr(), dnnl_engine());
   e.primitive = dnnl::matmul(pd);
+  e.scratch_md = pd.scratchpad_desc();
   e.copy_inputs = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
   return e;
 }
@@ -144,8 +146,10 @@ void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (!da) da = contiguous_desc(aa);
   if (!db) db = contiguous_desc(bb);
   const dnnl::memory::dims c_dims{out.size(0), out.size(1), out.size(2)};
+  // The team size shapes the primitive's scratchpad (Note [scratchpads]), so it is in the key.
   const std::string key = dims_key(da->dims) + dims_key(da->strides) + dims_key(db->dims) +
-                          dims_key(db->strides) + dims_key(c_dims);
+                          dims_key(db->strides) + dims_key(c_dims) + "|" +
+                          std::to_string(omp_get_max_threads());
   MatmulEntry e = matmul_cache().get_or_create(key, [&] {
     MatmulEntry built = build_matmul(*da, *db, c_dims);
     if (!built.copy_inputs) return built;
@@ -162,7 +166,12 @@ void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   dnnl::memory bm(e.b_md, eng, bb.raw_data());
   dnnl::memory cm(e.c_md, eng, out.raw_data());
   dnnl::stream& s = dnnl_stream();
-  e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  const Tensor scratch = scratchpad_for(e.scratch_md);
+  if (scratch.defined())
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch_md, eng, scratch.raw_data());
+  e.primitive.execute(s, args);
   s.wait();
 }
 

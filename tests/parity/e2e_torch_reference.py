@@ -12,7 +12,7 @@ kiln's key for key), seeds torch, and writes into OUT_DIR:
                             and normalized with mean 0.2860, std 0.3530), "data.labels" I64 [N, B];
                             metadata says where the data came from
   result_float64.safetensors, result_float32.safetensors
-                            after N steps of SGD (lr 0.05, momentum 0.9) on cross_entropy in train
+                            after N steps of SGD (lr 0.01, momentum 0.9) on cross_entropy in train
                             mode (BatchNorm uses batch statistics), with the model and data in that
                             dtype: "losses" F64 [N] (the loss of every step, computed before its
                             update) and the final state_dict (weights and BatchNorm buffers)
@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     sys.exit(3)
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST train statistics (as in bench/)
-LR, MOMENTUM = 0.05, 0.9
+LR, MOMENTUM = 0.01, 0.9
 DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.int64: "I64"}
 
 
