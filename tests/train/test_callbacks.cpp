@@ -26,29 +26,14 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/fit.h"
+#include "tests/support/toy_data.h"
 
 namespace kiln::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Two classes in 2-D split by x + y = 0 (as in test_fit.cpp).
-std::shared_ptr<data::TensorDataset> separable(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> xs;
-  std::vector<int64_t> ys;
-  for (int64_t i = 0; i < n; ++i) {
-    float x = uniform(gen), y = uniform(gen);
-    const int64_t label = x + y > 0 ? 1 : 0;
-    const float push = label == 1 ? 0.3f : -0.3f;
-    xs.push_back(x + push);
-    xs.push_back(y + push);
-    ys.push_back(label);
-  }
-  return std::make_shared<data::TensorDataset>(kiln::tensor<float>(xs, Shape{n, 2}),
-                                               kiln::tensor<int64_t>(ys));
-}
+using test::separable;
 
 data::DataLoader loader(int64_t n, int64_t batch, uint32_t seed = 1, bool shuffle = true) {
   return data::DataLoader(
