@@ -11,6 +11,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/norm_kernels.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -111,60 +112,32 @@ void affine_row(const T* x, T* y, int64_t n, double scale, double shift) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<C>(x[i]) * sc + sh);
 }
 
+// layer_norm and group_norm (batch_norm has its own kernels, norm_kernels.cpp).
 template <class T>
-void norm_kernel(NormKind kind, const NormGeom& g, double eps, const T* x, const T* w, const T* b,
-                 T* y, T* mean_out, T* var_out) {
+void norm_kernel(const NormGeom& g, double eps, const T* x, const T* w, const T* b, T* y,
+                 T* mean_out, T* var_out) {
   const int64_t cg = g.q / g.groups;
   auto param = [&](int64_t q, double mean, double rstd, double& scale, double& shift) {
     scale = rstd * (w ? static_cast<double>(static_cast<compute_t<T>>(w[q])) : 1.0);
     shift = (b ? static_cast<double>(static_cast<compute_t<T>>(b[q])) : 0.0) - mean * scale;
   };
-  if (kind != NormKind::kBatch) {
-    // One statistic per contiguous chunk: chunks go to threads, each chunk is serial.
-    const int64_t chunk = cg * g.r;
-    parallel_for(0, g.p * g.groups, std::max<int64_t>(1, kGrain / std::max<int64_t>(chunk, 1)),
-                 [&](int64_t s0, int64_t s1) {
-                   for (int64_t s = s0; s < s1; ++s) {
-                     const T* xs = x + s * chunk;
-                     double mean, var;
-                     moments(xs, chunk, mean, var);
-                     mean_out[s] = static_cast<T>(mean);
-                     var_out[s] = static_cast<T>(var);
-                     const double rstd = 1.0 / std::sqrt(var + eps);
-                     for (int64_t c = 0; c < cg; ++c) {
-                       double scale, shift;
-                       param((s % g.groups) * cg + c, mean, rstd, scale, shift);
-                       affine_row(xs + c * g.r, y + s * chunk + c * g.r, g.r, scale, shift);
-                     }
+  // One statistic per contiguous chunk: chunks go to threads, each chunk is serial.
+  const int64_t chunk = cg * g.r;
+  parallel_for(0, g.p * g.groups, std::max<int64_t>(1, kGrain / std::max<int64_t>(chunk, 1)),
+               [&](int64_t s0, int64_t s1) {
+                 for (int64_t s = s0; s < s1; ++s) {
+                   const T* xs = x + s * chunk;
+                   double mean, var;
+                   moments(xs, chunk, mean, var);
+                   mean_out[s] = static_cast<T>(mean);
+                   var_out[s] = static_cast<T>(var);
+                   const double rstd = 1.0 / std::sqrt(var + eps);
+                   for (int64_t c = 0; c < cg; ++c) {
+                     double scale, shift;
+                     param((s % g.groups) * cg + c, mean, rstd, scale, shift);
+                     affine_row(xs + c * g.r, y + s * chunk + c * g.r, g.r, scale, shift);
                    }
-                 });
-    return;
-  }
-  // batch_norm: a channel's elements are P rows of R, strided by Q * R. Each channel's sum runs
-  // serially in a fixed order (deterministic); channels go to threads.
-  std::vector<double> scale(g.q), shift(g.q);
-  parallel_for(0, g.q, 1, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      double s = 0, ss = 0;
-      for (int64_t p = 0; p < g.p; ++p)
-        for (int64_t r = 0; r < g.r; ++r) s += static_cast<double>(x[(p * g.q + q) * g.r + r]);
-      const double mean = s / static_cast<double>(g.count);
-      for (int64_t p = 0; p < g.p; ++p)
-        for (int64_t r = 0; r < g.r; ++r) {
-          const double d = static_cast<double>(x[(p * g.q + q) * g.r + r]) - mean;
-          ss += d * d;
-        }
-      const double var = ss / static_cast<double>(g.count);
-      mean_out[q] = static_cast<T>(mean);
-      var_out[q] = static_cast<T>(var);
-      param(q, mean, 1.0 / std::sqrt(var + eps), scale[q], shift[q]);
-    }
-  });
-  parallel_for(0, g.p * g.q, std::max<int64_t>(1, kGrain / std::max<int64_t>(g.r, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t row = r0; row < r1; ++row)
-                   affine_row(x + row * g.r, y + row * g.r, g.r, scale[row % g.q],
-                              shift[row % g.q]);
+                 }
                });
 }
 
@@ -213,12 +186,17 @@ class NormOp final : public Op {
       for (const Tensor& t : in) c.push_back(contiguous(t));
     }
     const NormGeom g = make_geom(kind_, c[0].shape(), groups_or_k_);
+    if (kind_ == NormKind::kBatch) {
+      detail::batch_norm_forward_kernel({g.p, g.q, g.r}, eps_, c[0], has_weight_ ? c[1] : Tensor(),
+                                        has_bias_ ? c.back() : Tensor(), out[0], out[1], out[2]);
+      return;
+    }
     visit_dtype(c[0].dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<compute_t<T>>) {
         const T* w = has_weight_ ? static_cast<const T*>(c[1].raw_data()) : nullptr;
         const T* b = has_bias_ ? static_cast<const T*>(c.back().raw_data()) : nullptr;
-        norm_kernel<T>(kind_, g, eps_, static_cast<const T*>(c[0].raw_data()), w, b,
+        norm_kernel<T>(g, eps_, static_cast<const T*>(c[0].raw_data()), w, b,
                        static_cast<T*>(out[0].raw_data()), static_cast<T*>(out[1].raw_data()),
                        static_cast<T*>(out[2].raw_data()));
       }
@@ -234,9 +212,23 @@ class NormOp final : public Op {
   // d var / dx = 2 (x - mean) / n = 2 xhat / (n rstd). Both extra terms are folded into the
   // per-statistic coefficients c0, c1 of gx = rstd * gxhat + c0 + c1 * xhat, so they cost no
   // extra pass over x.
+  //
+  // batch_norm's first-order gradient is one fused op (batch_norm_backward, two passes over x);
+  // only when a graph of the gradient is being built (create_graph) does it take the
+  // differentiable decomposition below.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor& x = ctx.inputs[0];
     const Tensor w = has_weight_ ? ctx.inputs[1] : Tensor();
+    if (kind_ == NormKind::kBatch && !GradMode::is_enabled()) {
+      std::vector<Tensor> g = batch_norm_backward(ctx.grads[0], x, ctx.outputs[1], ctx.outputs[2],
+                                                  w, eps_, ctx.grads[1], ctx.grads[2]);
+      std::vector<Tensor> grads{g[0]};
+      if (has_weight_) grads.push_back(g[1]);
+      if (has_bias_) grads.push_back(g[2]);
+      for (size_t i = 0; i < grads.size(); ++i)
+        if (!ctx.needs_grad[i]) grads[i] = Tensor();
+      return grads;
+    }
     const NormGeom g = make_geom(kind_, x.shape(), groups_or_k_);
     const double n = static_cast<double>(g.count);
     Tensor xv = reshape(x, g.view), gy = reshape(ctx.grads[0], g.view);

@@ -28,6 +28,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5, const Loc& loc = Loc::current());
 
+// batch_norm's first-order gradient (training mode) as one fused op: returns {grad_input,
+// grad_weight, grad_bias} for the batch statistics mean and var (biased) that the forward
+// normalized x with; weight may be undefined (grad_weight is then the gradient a weight of ones
+// would get). grad_mean / grad_var, when defined, are gradients reaching those statistics.
+// batch_norm's backward calls this unless create_graph is set; the op is not differentiable
+// itself (create_graph differentiates batch_norm through its decomposition instead).
+std::vector<Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                        const Tensor& var, const Tensor& weight, double eps = 1e-5,
+                                        const Tensor& grad_mean = Tensor(),
+                                        const Tensor& grad_var = Tensor(),
+                                        const Loc& loc = Loc::current());
+
 // Normalizes over the trailing dims given by normalized_shape (which must equal x's trailing
 // sizes); weight and bias have shape normalized_shape.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),

@@ -1,0 +1,150 @@
+// batch_norm_backward: batch normalization's first-order gradient as one fused op (two passes
+// over grad_out and x, Note [batch-norm kernels]). batch_norm's vjp uses it when no graph of the
+// gradient is being built; with create_graph it uses its decomposition into public ops, which is
+// differentiable. This op itself is not: its vjp says so.
+#include <fmt/format.h>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// Inputs: grad_out, x, mean, var, then weight if has_weight, then grad_mean and grad_var if
+// has_stat_grads. Outputs: grad_input, grad_weight, grad_bias (always all three).
+class BatchNormBackwardOp final : public Op {
+ public:
+  BatchNormBackwardOp(double eps, bool has_weight, bool has_stat_grads)
+      : eps_(eps), has_weight_(has_weight), has_stat_grads_(has_stat_grads) {}
+  const char* name() const override { return "batch_norm_backward"; }
+  nlohmann::json attrs() const override {
+    return {{"eps", eps_}, {"has_weight", has_weight_}, {"has_stat_grads", has_stat_grads_}};
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &g = in[0], &x = in[1];
+    if (x.dim() < 2 || !is_floating(x.dtype()))
+      fail(name(), loc, "expected a floating-point input of rank >= 2 (N, C, ...), but got {}",
+           x.describe());
+    if (g.shape() != x.shape() || g.dtype() != x.dtype() || g.device() != x.device())
+      fail(name(), loc, "expected grad_out like input {}, but got {}", x.describe(), g.describe());
+    const Shape c{x.size(1)};
+    const char* names[] = {"mean", "var", "weight", "grad_mean", "grad_var"};
+    std::vector<const char*> what{names[0], names[1]};
+    if (has_weight_) what.push_back(names[2]);
+    if (has_stat_grads_) what.insert(what.end(), {names[3], names[4]});
+    for (size_t i = 2; i < in.size(); ++i)
+      if (in[i].shape() != c || in[i].dtype() != x.dtype() || in[i].device() != x.device())
+        fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
+             what[i - 2], x.size(1), dtype_name(x.dtype()), x.describe(), in[i].describe());
+    const TensorMeta param{c, x.dtype(), x.device()};
+    return {{x.shape(), x.dtype(), x.device()}, param, param};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    std::vector<Tensor> c;
+    {
+      NoGradGuard no_grad;
+      for (const Tensor& t : in) c.push_back(contiguous(t));
+    }
+    const Tensor& x = c[1];
+    detail::BatchGeom geom{x.size(0), x.size(1), x.numel() / (x.size(0) * x.size(1))};
+    if (x.numel() == 0) geom.r = 0;
+    const size_t s = has_weight_ ? 5 : 4;
+    detail::batch_norm_backward_kernel(
+        geom, eps_, c[0], x, c[2], c[3], has_weight_ ? c[4] : Tensor(),
+        has_stat_grads_ ? c[s] : Tensor(), has_stat_grads_ ? c[s + 1] : Tensor(), out[0], out[1],
+        out[2]);
+  }
+
+  std::vector<Tensor> vjp(const VjpContext&) const override {
+    fail(name(), Loc::current(),
+         "is batch_norm's fused first-order gradient and has no gradient itself; to "
+         "differentiate batch_norm twice, run the first backward with create_graph = true "
+         "(batch_norm then differentiates through its decomposition)");
+  }
+
+ private:
+  double eps_;
+  bool has_weight_, has_stat_grads_;
+};
+
+}  // namespace
+
+std::vector<Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                        const Tensor& var, const Tensor& weight, double eps,
+                                        const Tensor& grad_mean, const Tensor& grad_var,
+                                        const Loc& loc) {
+  if (grad_mean.defined() != grad_var.defined())
+    fail("batch_norm_backward", loc,
+         "expected grad_mean and grad_var both defined or both undefined, but got {} and {}",
+         grad_mean.defined() ? grad_mean.describe() : "undefined",
+         grad_var.defined() ? grad_var.describe() : "undefined");
+  std::vector<Tensor> inputs{grad_out, x, mean, var};
+  if (weight.defined()) inputs.push_back(weight);
+  if (grad_mean.defined()) inputs.insert(inputs.end(), {grad_mean, grad_var});
+  if (GradMode::is_enabled())
+    for (const Tensor& t : inputs)
+      if (t.requires_grad())
+        fail("batch_norm_backward", loc,
+             "cannot record a gradient for {}: this fused first-order gradient is not "
+             "differentiable; call it under NoGradGuard, or differentiate batch_norm with "
+             "create_graph = true (which uses its decomposition)",
+             t.describe());
+  return dispatch(
+      std::make_shared<const BatchNormBackwardOp>(eps, weight.defined(), grad_mean.defined()),
+      inputs, loc);
+}
+
+namespace {
+
+// The batch statistics the forward normalized with, from public ops.
+std::vector<Tensor> stats(const Tensor& x) {
+  Dims dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  return {mean(x, dims), var(x, dims, 0)};
+}
+
+// The torch side: the gradient of F.batch_norm in training mode with respect to (x, w, b).
+std::string torch_grad(bool weight) {
+  const std::string w = weight ? "a2.detach().requires_grad_()" : "None";
+  return fmt::format(
+      "(lambda g, x, w, b: torch.autograd.grad(F.batch_norm(x, None, None, w, b, "
+      "training=True, eps=1e-3), [t for t in (x, w, b) if t is not None], g))"
+      "(a0, a1.detach().requires_grad_(), {}, torch.zeros(a1.shape[1], dtype=a1.dtype, "
+      "requires_grad=True))",
+      w);
+}
+
+OpSample sample(std::string label, Shape shape, bool weight, uint64_t seed) {
+  std::vector<Tensor> inputs{sample_tensor(shape, seed), sample_tensor(shape, seed + 1, -2, 2)};
+  if (weight) inputs.push_back(sample_tensor({shape[1]}, seed + 2, 0.5, 1.5));
+  OpSample s{std::move(label), std::move(inputs),
+             [weight](const std::vector<Tensor>& in) {
+               NoGradGuard no_grad;
+               const std::vector<Tensor> st = stats(in[1]);
+               std::vector<Tensor> out =
+                   batch_norm_backward(in[0], in[1], st[0], st[1], weight ? in[2] : Tensor(), 1e-3);
+               if (!weight) out.erase(out.begin() + 1);  // torch returns no grad for w = None
+               return out;
+             },
+             torch_grad(weight)};
+  s.check_grad = false;  // the op is not differentiable (its vjp says why)
+  return s;
+}
+
+KILN_REGISTER_OP_SAMPLES("batch_norm_backward", [] {
+  return std::vector<OpSample>{sample("4d_weight", {3, 4, 3, 5}, true, 341),
+                               sample("2d_no_weight", {6, 3}, false, 344),
+                               sample("3d_odd_rows", {2, 3, 11}, true, 347)};
+});
+
+}  // namespace
+
+}  // namespace kiln

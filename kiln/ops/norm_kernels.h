@@ -1,0 +1,31 @@
+#pragma once
+// Private kernels of batch normalization (norm.cpp, norm_backward.cpp): x is contiguous and seen
+// as [P, Q, R] = [N, C, spatial], one statistic per channel q over P rows of R elements.
+// Statistics and gradient sums accumulate in double, per channel in a fixed order (rows in order,
+// a fixed lane split inside a row), so results never depend on the thread count.
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+namespace detail {
+
+struct BatchGeom {
+  int64_t p = 1, q = 1, r = 1;
+};
+
+// y = (x - mean) * rstd * weight + bias, with mean / var (biased) written per channel.
+// weight and bias may be undefined.
+void batch_norm_forward_kernel(const BatchGeom& g, double eps, const Tensor& x,
+                               const Tensor& weight, const Tensor& bias, const Tensor& y,
+                               const Tensor& mean, const Tensor& var);
+
+// The first-order gradient of batch_norm in two passes over (grad_out, x). grad_mean / grad_var
+// are the gradients reaching the mean / var outputs (undefined: zero). Writes grad_input, and
+// grad_weight / grad_bias where defined. All operands are contiguous and share x's dtype.
+void batch_norm_backward_kernel(const BatchGeom& g, double eps, const Tensor& grad_out,
+                                const Tensor& x, const Tensor& mean, const Tensor& var,
+                                const Tensor& weight, const Tensor& grad_mean,
+                                const Tensor& grad_var, const Tensor& grad_input,
+                                const Tensor& grad_weight, const Tensor& grad_bias);
+
+}  // namespace detail
+}  // namespace kiln
