@@ -95,9 +95,7 @@ struct ReluFn : Integral {
     else
       return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
   }
-  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
-    return mul(g, to_dtype(gt(x, 0.0), g.dtype()));
-  }
+  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return relu_backward(g, x); }
 };
 
 struct ClampFn : Integral {

@@ -22,6 +22,10 @@ Tensor erf(const Tensor& x, const Loc& loc = Loc::current());
 Tensor tanh(const Tensor& x, const Loc& loc = Loc::current());
 Tensor sigmoid(const Tensor& x, const Loc& loc = Loc::current());
 Tensor relu(const Tensor& x, const Loc& loc = Loc::current());
+// relu's gradient in one op: grad where x > 0, else 0 (selected, not multiplied, so a NaN x
+// passes grad and a NaN grad at x <= 0 gives 0, as PyTorch's threshold_backward). grad and x have
+// the same shape and floating dtype.
+Tensor relu_backward(const Tensor& grad, const Tensor& x, const Loc& loc = Loc::current());
 // approximate: "none" (exact, erf) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none",
             const Loc& loc = Loc::current());

@@ -1,0 +1,71 @@
+// relu_backward: relu's gradient as one op, grad where x > 0 and 0 elsewhere, in one pass (the
+// composition mul(grad, to_dtype(gt(x, 0))) makes three passes and two temporaries). It selects
+// rather than multiplies, as PyTorch's threshold_backward does: an infinite or NaN grad where x <=
+// 0 gives 0, and a NaN x passes grad through (NaN <= 0 is false).
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+namespace {
+
+class ReluBackwardOp final : public Op {
+ public:
+  const char* name() const override { return "relu_backward"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &g = in[0], &x = in[1];
+    if (!is_floating(g.dtype()))
+      fail(name(), loc, "expected a floating-point grad, but got {}", g.describe());
+    if (x.shape() != g.shape() || x.dtype() != g.dtype() || x.device() != g.device())
+      fail(name(), loc, "expected input of the grad's shape, dtype and device ({}), but got {}",
+           g.describe(), x.describe());
+    return {{g.shape(), g.dtype(), g.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    visit_dtype(in[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<compute_t<T>>) {
+        using C = compute_t<T>;
+        map_binary<T, T, T>(in[0], in[1], out[0], [](C g, C x) { return x <= C(0) ? C(0) : g; });
+      }
+    });
+  }
+
+  // Linear in grad (its own transpose); the mask is piecewise constant in x, so x gets zeros.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    std::vector<Tensor> grads(2);
+    if (ctx.needs_grad[0]) grads[0] = relu_backward(ctx.grads[0], ctx.inputs[1]);
+    if (ctx.needs_grad[1]) grads[1] = zeros_like(ctx.inputs[1]);
+    return grads;
+  }
+};
+
+}  // namespace
+
+Tensor relu_backward(const Tensor& grad, const Tensor& x, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const ReluBackwardOp>();
+  return dispatch1(op, {grad, x}, loc);
+}
+
+namespace {
+
+KILN_REGISTER_OP_SAMPLES("relu_backward", [] {
+  auto call = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{relu_backward(in[0], in[1])};
+  };
+  const std::string torch = "torch.ops.aten.threshold_backward(a0, a1, 0)";
+  return std::vector<OpSample>{
+      {"matrix", {sample_tensor({3, 4}, 21), sample_tensor({3, 4}, 22)}, call, torch},
+      {"transposed", {sample_tensor({4, 3}, 23).t(), sample_tensor({3, 4}, 24)}, call, torch},
+      {"zero_dim", {sample_tensor({}, 25), sample_tensor({}, 26, 0.2, 1)}, call, torch},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln
