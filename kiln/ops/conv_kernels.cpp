@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 
+#include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
@@ -357,6 +359,60 @@ Tensor scratch(const dnnl::memory::desc& desc) {
   return empty({static_cast<int64_t>((desc.get_size() + 3) / 4)}, {DType::Float32});
 }
 
+// Note [conv weight cache]: reordering the weights into the primitive's blocked layout reads and
+// writes every weight on every call; for ResNet-18 at batch 1 that is most of the forward. When
+// no gradient is being recorded (inference, evaluation), the blocked copy of a float32 weight is
+// cached, keyed by the weight's storage (held weakly, so a freed storage never matches a new one
+// at the same address), its offset, its version counter and the layout. Every in-place write
+// through kiln (optimizer steps, copy_, load_state_dict) bumps the version, so a changed weight
+// misses; code writing a weight through raw_data() must bump the version itself. Training passes
+// never use the cache: their weights change every step, and the copies would only add memory.
+struct CachedWeight {
+  std::weak_ptr<Storage> storage;
+  uint64_t version = 0;
+  Tensor blocked;
+};
+
+class WeightCache {
+ public:
+  // The blocked copy of w for `entry`'s forward primitive, reordering on a miss.
+  Tensor get(const std::string& conv_key, const Tensor& w, const Operand& op) {
+    const std::string key = fmt::format("{}|{}|{}", static_cast<const void*>(w.storage().get()),
+                                        w.storage_offset(), conv_key);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.storage.lock() == w.storage() &&
+        it->second.version == w.version())
+      return it->second.blocked;
+    Tensor blocked = scratch(op.chosen);
+    dnnl::engine& eng = dnnl_engine();
+    dnnl::memory plain(op.plain, eng, w.raw_data()), out(op.chosen, eng, blocked.raw_data());
+    op.reorder.execute(dnnl_stream(), plain, out);
+    dnnl_stream().wait();
+    if (entries_.size() >= kMaxEntries) purge();
+    entries_[key] = {w.storage(), w.version(), blocked};
+    return blocked;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1024;
+  // Drops entries whose weights are gone or changed; everything if that frees nothing.
+  void purge() {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      auto st = it->second.storage.lock();
+      it = !st || st->version() != it->second.version ? entries_.erase(it) : std::next(it);
+    }
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+  }
+  std::mutex mutex_;
+  std::unordered_map<std::string, CachedWeight> entries_;
+};
+
+WeightCache& weight_cache() {
+  static auto* cache = new WeightCache();
+  return *cache;
+}
+
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
 // kernels below, `bias` the forward's bias (may be null).
 void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
@@ -374,10 +430,18 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   dnnl::stream& s = dnnl_stream();
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
+  // Forward weights are `b` (Note [conv weight cache]).
+  const bool cached_weight =
+      pass == Pass::kForward && e.b.needs_reorder() && !GradMode::is_enabled() && b32.is_same(b);
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
     dnnl::memory plain(op->plain, eng, t->raw_data());
     if (!op->needs_reorder()) {
       args[op->arg] = plain;
+      continue;
+    }
+    if (op == &e.b && cached_weight) {
+      keep.push_back(weight_cache().get(key, b, *op));
+      args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
     keep.push_back(scratch(op->chosen));

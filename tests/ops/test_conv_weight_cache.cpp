@@ -1,0 +1,60 @@
+// Note [conv weight cache]: no-grad convolutions reuse the blocked copy of their weights; a
+// changed or replaced weight must never be served from a stale copy.
+#include <gtest/gtest.h>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/factories.h"
+
+namespace kiln {
+namespace {
+
+Tensor conv(const Tensor& x, const Tensor& w, bool grad_mode) {
+  Conv2dOptions o;
+  o.padding = Padding(1);
+  if (grad_mode) return conv2d(x, w, Tensor(), o);
+  NoGradGuard no_grad;
+  return conv2d(x, w, Tensor(), o);
+}
+
+// The recording path never uses the cache, so it is the reference.
+void expect_same(const Tensor& x, const Tensor& w) {
+  EXPECT_EQ(conv(x, w, false).to_vector<float>(), conv(x, w, true).to_vector<float>());
+}
+
+TEST(ConvWeightCache, InPlaceChangesAreSeen) {
+  manual_seed(1);
+  Tensor x = randn({2, 16, 8, 8}), w = randn({32, 16, 3, 3});
+  expect_same(x, w);
+  expect_same(x, w);  // a hit
+  {
+    NoGradGuard no_grad;
+    w.mul_(0.5);  // in place: bumps the version
+  }
+  expect_same(x, w);
+  w.copy_(randn({32, 16, 3, 3}));
+  expect_same(x, w);
+}
+
+TEST(ConvWeightCache, ReplacedWeightsAreNeverConfused) {
+  manual_seed(2);
+  Tensor x = randn({1, 16, 8, 8});
+  for (int i = 0; i < 20; ++i) {
+    // Each weight is freed before the next is allocated, so the caching allocator hands out the
+    // same address again: the cache must tell the storages apart.
+    Tensor w = randn({32, 16, 3, 3});
+    expect_same(x, w);
+  }
+}
+
+TEST(ConvWeightCache, ViewsOfOneStorageAreDistinct) {
+  manual_seed(3);
+  Tensor x = randn({1, 16, 8, 8});
+  Tensor both = randn({64, 16, 3, 3});
+  expect_same(x, both.narrow(0, 0, 32));
+  expect_same(x, both.narrow(0, 32, 32));
+}
+
+}  // namespace
+}  // namespace kiln
