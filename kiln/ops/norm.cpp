@@ -331,12 +331,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            p == &weight ? "weight" : "bias", x.size(1), dtype_name(x.dtype()), x.describe(),
            p->describe());
   // Evaluation is an affine map per channel, y = x * scale + shift, as PyTorch computes it.
-  const Shape cv = channel_view(x);
   Tensor rstd = rsqrt(add(to_dtype(running_var, x.dtype(), loc), eps, loc), loc);
   Tensor scale = weight.defined() ? mul(weight, rstd, loc) : rstd;
   Tensor shift = neg(mul(to_dtype(running_mean, x.dtype(), loc), scale, loc), loc);
   if (bias.defined()) shift = add(bias, shift, loc);
-  return add(mul(x, reshape(scale, cv, loc), loc), reshape(shift, cv, loc), loc);
+  return channel_affine(x, scale, shift, loc);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,

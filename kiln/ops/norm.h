@@ -28,6 +28,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5, const Loc& loc = Loc::current());
 
+// y = x * scale[c] + shift[c] over the channel dim (1) of x [N, C, ...], in one pass: batch_norm
+// in evaluation mode, with scale and shift folded from the running statistics. scale and shift
+// have shape [C] and x's dtype.
+Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                      const Loc& loc = Loc::current());
+
 // batch_norm's first-order gradient (training mode) as one fused op: returns {grad_input,
 // grad_weight, grad_bias} for the batch statistics mean and var (biased) that the forward
 // normalized x with; weight may be undefined (grad_weight is then the gradient a weight of ones

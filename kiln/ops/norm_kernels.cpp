@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kiln/core/parallel.h"
+#include "kiln/ops/loops.h"
 
 namespace kiln {
 namespace detail {
@@ -184,6 +185,22 @@ void batch_norm_forward_kernel(const BatchGeom& g, double eps, const Tensor& x,
           const int64_t o = (p * g.q + q) * g.r;
           row_affine(px + o, py + o, g.r, scale, shift);
         }
+      }
+    });
+  });
+}
+
+void channel_affine_kernel(const BatchGeom& g, const Tensor& x, const Tensor& scale,
+                           const Tensor& shift, const Tensor& y) {
+  visit_floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = ptr<T>(x), *ps = ptr<T>(scale), *pb = ptr<T>(shift);
+    T* py = mut<T>(y);
+    const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(g.r, 1));
+    parallel_for(0, g.p * g.q, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        const int64_t q = row % g.q;
+        row_affine(px + row * g.r, py + row * g.r, g.r, value(ps, q, 1.0), value(pb, q, 0.0));
       }
     });
   });

@@ -18,6 +18,10 @@ void batch_norm_forward_kernel(const BatchGeom& g, double eps, const Tensor& x,
                                const Tensor& weight, const Tensor& bias, const Tensor& y,
                                const Tensor& mean, const Tensor& var);
 
+// y = x * scale[q] + shift[q] (batch_norm in evaluation mode), rows split across threads.
+void channel_affine_kernel(const BatchGeom& g, const Tensor& x, const Tensor& scale,
+                           const Tensor& shift, const Tensor& y);
+
 // The first-order gradient of batch_norm in two passes over (grad_out, x). grad_mean / grad_var
 // are the gradients reaching the mean / var outputs (undefined: zero). Writes grad_input, and
 // grad_weight / grad_bias where defined. All operands are contiguous and share x's dtype.

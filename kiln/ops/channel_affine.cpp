@@ -1,0 +1,99 @@
+// channel_affine: y = x * scale[c] + shift[c] over the channel dim of x [N, C, ...], in one pass.
+// batch_norm's evaluation mode is this op with scale and shift folded from the running
+// statistics; its composition mul + add made two passes and a temporary of x's size.
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// [1, C, 1, ...] of x's rank: how a [C] tensor broadcasts against x.
+Shape channel_shape(const Shape& x) {
+  Shape s(x.size(), 1);
+  s[1] = x[1];
+  return s;
+}
+
+class ChannelAffineOp final : public Op {
+ public:
+  const char* name() const override { return "channel_affine"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    if (x.dim() < 2 || !is_floating(x.dtype()))
+      fail(name(), loc, "expected a floating-point input of rank >= 2 (N, C, ...), but got {}",
+           x.describe());
+    for (size_t i = 1; i < 3; ++i)
+      if (in[i].shape() != Shape{x.size(1)} || in[i].dtype() != x.dtype() ||
+          in[i].device() != x.device())
+        fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
+             i == 1 ? "scale" : "shift", x.size(1), dtype_name(x.dtype()), x.describe(),
+             in[i].describe());
+    return {{x.shape(), x.dtype(), x.device()}};
+  }
+
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    std::vector<Tensor> c;
+    {
+      NoGradGuard no_grad;
+      for (const Tensor& t : in) c.push_back(contiguous(t));
+    }
+    const Tensor& x = c[0];
+    const int64_t p = x.size(0), q = x.size(1);
+    detail::channel_affine_kernel({p, q, p * q == 0 ? 0 : x.numel() / (p * q)}, x, c[1], c[2],
+                                  out[0]);
+  }
+
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &x = ctx.inputs[0], &scale = ctx.inputs[1], &g = ctx.grads[0];
+    const Shape cs = channel_shape(ctx.input_metas[0].shape);
+    const Shape c{ctx.input_metas[1].shape};
+    std::vector<Tensor> grads(3);
+    if (ctx.needs_grad[0]) grads[0] = mul(g, reshape(scale, cs));
+    if (ctx.needs_grad[1]) grads[1] = reshape(sum_to(mul(g, x), cs), c);
+    if (ctx.needs_grad[2]) grads[2] = reshape(sum_to(g, cs), c);
+    return grads;
+  }
+};
+
+}  // namespace
+
+Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const ChannelAffineOp>();
+  return dispatch1(op, {x, scale, shift}, loc);
+}
+
+namespace {
+
+KILN_REGISTER_OP_SAMPLES("channel_affine", [] {
+  auto call = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{channel_affine(in[0], in[1], in[2])};
+  };
+  auto sample = [&](std::string label, Shape shape, uint64_t seed) {
+    const int64_t ch = shape[1];
+    std::string view = shape.size() == 2 ? "1, -1" : shape.size() == 3 ? "1, -1, 1" : "1, -1, 1, 1";
+    return OpSample{std::move(label),
+                    {sample_tensor(shape, seed), sample_tensor({ch}, seed + 1, 0.5, 2),
+                     sample_tensor({ch}, seed + 2)},
+                    call,
+                    "a0 * a1.view(" + view + ") + a2.view(" + view + ")"};
+  };
+  std::vector<OpSample> s{sample("4d", {2, 3, 4, 5}, 361), sample("2d", {4, 3}, 364),
+                          sample("3d_row_of_11", {2, 2, 11}, 367)};
+  s.push_back({"transposed",
+               {sample_tensor({3, 4}, 370).t(), sample_tensor({3}, 371), sample_tensor({3}, 372)},
+               call,
+               "a0 * a1.view(1, -1) + a2.view(1, -1)"});
+  return s;
+});
+
+}  // namespace
+
+}  // namespace kiln
