@@ -110,6 +110,39 @@ void BM_SumLarge(benchmark::State& state) {
 }
 BENCHMARK(BM_SumLarge)->UseRealTime();
 
+// --- pooling ------------------------------------------------------------------------------------
+
+// max_pool2d(kernel 2) of the small CNN's two pooling layers at batch 128: args are C and H (= W).
+// Memory-bound: reads the input once, writes values and int64 indices.
+void BM_MaxPool2dForward(benchmark::State& state) {
+  const int64_t c = state.range(0), hw = state.range(1);
+  Tensor x = uniform({128, c, hw, hw});
+  for (auto _ : state) {
+    auto [values, indices] = kiln::max_pool2d_with_indices(x, 2);
+    benchmark::DoNotOptimize(values.impl());
+    benchmark::DoNotOptimize(indices.impl());
+  }
+  const int64_t out = x.numel() / 4;
+  state.SetBytesProcessed(state.iterations() *
+                          (x.numel() * int64_t{sizeof(float)} + out * int64_t{sizeof(float) + 8}));
+}
+BENCHMARK(BM_MaxPool2dForward)->Args({32, 28})->Args({64, 14})->UseRealTime();
+
+// Its gradient: zeros of the input's shape with each output grad scattered to its argmax.
+void BM_MaxPool2dBackward(benchmark::State& state) {
+  const int64_t c = state.range(0), hw = state.range(1);
+  Tensor x = uniform({128, c, hw, hw});
+  Tensor indices = kiln::max_pool2d_with_indices(x, 2).second;
+  Tensor grad = uniform(indices.shape());
+  for (auto _ : state) {
+    Tensor g = kiln::max_pool2d_backward(grad, indices, {hw, hw});
+    benchmark::DoNotOptimize(g.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * (x.numel() * int64_t{sizeof(float)} +
+                                                grad.numel() * int64_t{sizeof(float) + 8}));
+}
+BENCHMARK(BM_MaxPool2dBackward)->Args({32, 28})->Args({64, 14})->UseRealTime();
+
 // --- matmul against oneDNN's sgemm --------------------------------------------------------------
 
 void set_flops(benchmark::State& state, int64_t n) {

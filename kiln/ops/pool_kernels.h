@@ -48,9 +48,10 @@ Shape with_spatial(const Shape& like, int64_t h, int64_t w);
 // Kernels: inputs of any layout, contiguous outputs shaped by the ops' inference.
 void max_pool_kernel(const PoolParams& p, const Tensor& x, const Tensor& values,
                      const Tensor& indices);
-// Checks every index against the plane size first (serially, Note [index checks] in
-// indexing.cpp): returns the flat position of the first index out of range without writing
-// anything, or -1 once the gradient is written.
+// Checks every index against the plane size first (in parallel, throwing nothing: Note [index
+// checks] in indexing.cpp): returns the flat position of the first index out of range (the
+// smallest such position, whatever the thread count) without writing anything, or -1 once the
+// gradient is written.
 int64_t max_pool_backward_kernel(const Tensor& grad, const Tensor& indices, const Tensor& out);
 void avg_pool_kernel(const AvgParams& a, const Tensor& x, const Tensor& out);
 void avg_pool_backward_kernel(const AvgParams& a, const Tensor& grad, const Tensor& out);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -243,6 +245,165 @@ TEST(Pool, ErrorsNameTheOpShapesAndCaller) {
         max_pool2d_backward(ones({1, 1, 2, 2}), ones({1, 1, 2, 2}), 4);
       },
       {"[max_pool2d_backward]", "int64 indices", "float32[1, 1, 2, 2]", file});
+}
+
+// --- the fast paths against a plain reference
+// -----------------------------------------------------
+
+// Small integers (many ties), NaN and -inf: the cases where the scan order and update rule matter.
+std::vector<double> tie_heavy_values(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) {
+    const uint32_t r = gen() % 64;
+    x = r == 0   ? std::numeric_limits<double>::quiet_NaN()
+        : r == 1 ? -std::numeric_limits<double>::infinity()
+                 : static_cast<double>(static_cast<int>(r % 5) - 2);
+  }
+  return v;
+}
+
+// Max pooling written out directly from PyTorch's definition: every window cell in row-major
+// order, padding skipped, `v > m || isnan(v)` replaces the running max; an all -inf window keeps
+// its first cell.
+void reference_max_pool(const std::vector<double>& x, int64_t planes, int64_t h, int64_t w, Size2 k,
+                        const MaxPool2dOptions& o, int64_t oh, int64_t ow,
+                        std::vector<double>& values, std::vector<int64_t>& indices) {
+  const Size2 s = o.stride.value_or(k);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        double m = -std::numeric_limits<double>::infinity();
+        int64_t best = -1;
+        for (int64_t r = 0; r < k.h; ++r) {
+          for (int64_t c = 0; c < k.w; ++c) {
+            const int64_t ih = i * s.h - o.padding.h + r * o.dilation.h;
+            const int64_t iw = j * s.w - o.padding.w + c * o.dilation.w;
+            if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+            const double v = x[static_cast<size_t>((p * h + ih) * w + iw)];
+            if (best < 0) best = ih * w + iw;
+            if (v > m || std::isnan(v)) {
+              m = v;
+              best = ih * w + iw;
+            }
+          }
+        }
+        values.push_back(m);
+        indices.push_back(best);
+      }
+    }
+  }
+}
+
+struct PoolCase {
+  int64_t h, w;
+  Size2 kernel;
+  MaxPool2dOptions options;
+};
+
+TEST(MaxPool2d, FastPathsMatchTheReferenceWithTiesAndNans) {
+  const std::vector<PoolCase> cases = {
+      {28, 28, 2, {}},                         // the small CNN's first pooling
+      {14, 14, 2, {}},                         // rows of 7 outputs
+      {7, 9, 2, {}},                           // odd sizes drop the last row/column
+      {7, 9, 2, {.ceil_mode = true}},          // ... or keep clipped windows
+      {6, 42, 2, {}},                          // rows of 21: overlapping last block
+      {9, 40, 2, {.padding = 1}},              // padded border
+      {7, 9, 3, {.stride = 2, .padding = 1}},  // the ResNet stem's pooling
+      {7, 9, 3, {.stride = 2, .padding = 1, .ceil_mode = true}},
+      {16, 37, 3, {.stride = 2, .padding = 1}},                // rows of 18 outputs
+      {5, 5, 3, {.stride = 2}},                                // a single interior output
+      {2, 2, 2, {.padding = 1}},                               // no interior output at all
+      {9, 11, {2, 3}, {.stride = Size2{1, 2}, .padding = 1}},  // any other size (dilation 1)
+      {8, 8, {2, 2}, {.stride = Size2{3, 1}}},
+      {9, 10, 3, {.stride = 2, .padding = 1, .dilation = 2}},  // the generic kernel
+  };
+  const int before = get_num_threads();
+  uint32_t seed = 10;
+  for (const PoolCase& pc : cases) {
+    const int64_t planes = 64;  // enough for two threads at 28x28
+    const std::vector<double> x = tie_heavy_values(planes * pc.h * pc.w, ++seed);
+    for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
+      for (int threads : {1, std::max(2, before)}) {
+        set_num_threads(threads);
+        const Tensor in = tensor(x, Shape{2, 32, pc.h, pc.w}, {dt});
+        auto [v, i] = max_pool2d_with_indices(in, pc.kernel, pc.options);
+        std::vector<double> want_v;
+        std::vector<int64_t> want_i;
+        reference_max_pool(x, planes, pc.h, pc.w, pc.kernel, pc.options, v.size(-2), v.size(-1),
+                           want_v, want_i);
+        const std::string what = "case " + std::to_string(pc.h) + "x" + std::to_string(pc.w) + " " +
+                                 dtype_name(dt) + " threads " + std::to_string(threads);
+        ASSERT_EQ(i.to_vector<int64_t>(), want_i) << what;
+        const std::vector<double> got_v = v.to_vector<double>();
+        ASSERT_EQ(got_v.size(), want_v.size()) << what;
+        for (size_t k = 0; k < got_v.size(); ++k) {
+          if (std::isnan(want_v[k]))
+            EXPECT_TRUE(std::isnan(got_v[k])) << what << " at " << k;
+          else
+            EXPECT_EQ(got_v[k], want_v[k]) << what << " at " << k;
+        }
+      }
+    }
+  }
+  set_num_threads(before);
+}
+
+// max_pool2d_backward adds grads in output order within each plane, so overlapping windows (the
+// same index several times) sum in a fixed order: compare with that order in T itself.
+template <class T>
+void check_backward_against_reference(DType dt) {
+  const int64_t planes = 2 * 16, oh = 6, ow = 7, h = 9, w = 8;
+  std::mt19937 gen(7);
+  std::vector<int64_t> idx(static_cast<size_t>(planes * oh * ow));
+  std::vector<T> g(idx.size());
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (size_t k = 0; k < idx.size(); ++k) {
+    idx[k] = static_cast<int64_t>(gen() % 12);  // few distinct positions: many repeats
+    g[k] = static_cast<T>(u(gen));
+  }
+  std::vector<T> want(static_cast<size_t>(planes * h * w), T(0));
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t k = p * oh * ow; k < (p + 1) * oh * ow; ++k)
+      want[static_cast<size_t>(p * h * w + idx[k])] += g[static_cast<size_t>(k)];
+  const Tensor got = max_pool2d_backward(tensor(g, Shape{2, 16, oh, ow}, {dt}),
+                                         tensor(idx, Shape{2, 16, oh, ow}), {h, w});
+  EXPECT_EQ(got.to_vector<T>(), want) << dtype_name(dt);
+}
+
+TEST(MaxPool2d, BackwardScattersInOutputOrder) {
+  check_backward_against_reference<float>(DType::Float32);
+  check_backward_against_reference<double>(DType::Float64);
+}
+
+TEST(MaxPool2d, BackwardNamesTheFirstBadIndexWhateverTheThreads) {
+  // 65536 indices: parallel checks split them into several chunks.
+  const Shape shape{4, 64, 16, 16};
+  const int64_t n = 4 * 64 * 16 * 16;
+  const int before = get_num_threads();
+  for (int threads : {1, std::max(2, before)}) {
+    set_num_threads(threads);
+    auto run = [&](std::vector<std::pair<int64_t, int64_t>> bad) {
+      std::vector<int64_t> idx(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) idx[static_cast<size_t>(k)] = (k * 37) % 1024;
+      for (auto [pos, value] : bad) idx[static_cast<size_t>(pos)] = value;
+      return max_pool2d_backward(ones(shape), tensor(idx, shape), 32);
+    };
+    expect_error(
+        [&] {
+          run({{60000, 1024}, {40000, -1}});
+        },
+        {"[max_pool2d_backward]", "indices in [0, 1024)", "got -1 at position 40000",
+         "test_pool.cpp"});
+    expect_error(
+        [&] {
+          run({{100, 5000}, {40000, -1}, {65535, 1024}});
+        },
+        {"got 5000 at position 100"});
+    expect_error([&] { run({{65535, 1024}}); }, {"got 1024 at position 65535"});
+    EXPECT_EQ(sum(run({})).item(), static_cast<double>(n));
+  }
+  set_num_threads(before);
 }
 
 }  // namespace
