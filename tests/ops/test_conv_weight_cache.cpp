@@ -2,6 +2,8 @@
 // changed or replaced weight must never be served from a stale copy.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
@@ -18,9 +20,14 @@ Tensor conv(const Tensor& x, const Tensor& w, bool grad_mode) {
   return conv2d(x, w, Tensor(), o);
 }
 
-// The recording path never uses the cache, so it is the reference.
+// The recording path never uses the cache, so it is the reference. A batch of one runs another
+// oneDNN kernel without grad (Note [conv inference kind]), so the last bits may differ; a stale
+// weight would be off by O(1).
 void expect_same(const Tensor& x, const Tensor& w) {
-  EXPECT_EQ(conv(x, w, false).to_vector<float>(), conv(x, w, true).to_vector<float>());
+  const std::vector<float> got = conv(x, w, false).to_vector<float>();
+  const std::vector<float> want = conv(x, w, true).to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
 TEST(ConvWeightCache, InPlaceChangesAreSeen) {
