@@ -61,9 +61,12 @@ OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Te
 }
 
 void OpNode::save_outputs(const std::vector<Tensor>& outputs) {
-  if (!op_->saves().outputs) return;
+  const Op::Saves saves = op_->saves();
+  if (!saves.outputs) return;
   saved_outputs_.clear();
-  for (const Tensor& t : outputs) saved_outputs_.emplace_back(t, true);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    saved_outputs_.emplace_back(
+        i < 64 && !((saves.output_mask >> i) & 1) ? SavedTensor() : SavedTensor(outputs[i], true));
 }
 
 std::string OpNode::name() const {

@@ -203,7 +203,8 @@ class NormOp final : public Op {
     });
   }
 
-  Saves saves() const override { return {true, true}; }
+  // The vjp reads the statistics, never y (which the next op usually saves itself).
+  Saves saves() const override { return {true, true, ~uint64_t{1}}; }
 
   // With xhat = (x - mean) * rstd and gxhat = g * weight, the gradient through the statistics is
   //   gx = rstd * (gxhat - mean_R(gxhat) - xhat * mean_R(gxhat * xhat))

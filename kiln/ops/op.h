@@ -52,6 +52,9 @@ class Op {
   struct Saves {
     bool inputs = true;
     bool outputs = false;
+    // With outputs: which ones (bit i for output i). An output that the vjp does not read but a
+    // later op saves anyway should not be kept twice (batch_norm's y is relu's input).
+    uint64_t output_mask = ~uint64_t{0};
   };
   virtual Saves saves() const { return {}; }
   // View ops return outputs sharing inputs[0]'s storage; in-place checks need to know.

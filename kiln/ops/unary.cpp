@@ -88,6 +88,10 @@ struct SignFn : Integral {
 
 struct ReluFn : Integral {
   static constexpr const char* kName = "relu";
+  // y > 0 exactly where x > 0 (and a NaN x gives a NaN y), so the gradient needs only y, which
+  // the next op (a convolution, a linear layer) saves anyway: saving x would keep a second
+  // activation alive (PyTorch saves the result too).
+  static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   template <class T>
   T apply(T x) const {
     if constexpr (std::is_unsigned_v<T>)
@@ -95,7 +99,7 @@ struct ReluFn : Integral {
     else
       return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
   }
-  Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return relu_backward(g, x); }
+  Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return relu_backward(g, y); }
 };
 
 struct ClampFn : Integral {
