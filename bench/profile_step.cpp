@@ -38,16 +38,19 @@ int main(int argc, char** argv) try {
   std::string workload = "cnn-train";
   int64_t batch = 128;
   int steps = 20, warmup = 3, threads = 2;
+  std::string weights;
   app.add_option("--workload", workload, "cnn-train, resnet18-train, resnet18-infer, mlp-train");
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "profiled steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "unprofiled steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--weights", weights, "a safetensors state dict to load (e.g. the harness's)");
   CLI11_PARSE(app, argc, argv);
   kiln::set_num_threads(threads);
   kiln::manual_seed(0);
 
   Workload w = make(workload, batch);
+  if (!weights.empty()) w.model->load_state_dict(kiln::io::load_safetensors(weights).tensors);
   Tensor x = kiln::randn(w.input);
   Tensor y = kiln::randint(0, 10, {batch});
   kiln::optim::Adam opt(w.model->parameters(), {.lr = 1e-3});
