@@ -12,8 +12,10 @@ differ from PyTorch's by more than 1e-4 relative); 3 when --compare flagged a sl
 guards passed).
 """
 import argparse
+import glob
 import json
 import os
+import statistics
 import sys
 
 SIDES = ("kiln", "torch", "ort", "onednn")
@@ -92,36 +94,56 @@ TARGETS = {
 
 
 def load_sides(work):
+    """{"kiln_micro": doc, "kiln_micro.r2": doc, ...}: round 1 and any later rounds (run.sh
+    --rounds)."""
     raw, missing = {}, []
     for side, group in [(s, g) for s in ("kiln", "torch") for g in GROUPS] + [("ort", "infer")]:
-        path = os.path.join(work, f"{side}_{group}.json")
-        try:
-            with open(path) as f:
-                raw[f"{side}_{group}"] = json.load(f)
-        except (OSError, ValueError) as e:
-            missing.append(f"{path}: {e.__class__.__name__}: {e}")
+        name = f"{side}_{group}"
+        later = sorted(glob.glob(os.path.join(work, f"{name}.r*.json")),
+                       key=lambda p: int(p.rsplit(".r", 1)[1].split(".")[0]))
+        for path in [os.path.join(work, f"{name}.json")] + later:
+            try:
+                with open(path) as f:
+                    raw[os.path.basename(path)[:-len(".json")]] = json.load(f)
+            except (OSError, ValueError) as e:
+                missing.append(f"{path}: {e.__class__.__name__}: {e}")
     return raw, missing
 
 
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def collect(raw):
-    """{key: {side: {"median": seconds or MiB, "min": ..., "extra": {...}}}} and info by side."""
-    figures, info = {}, {}
+    """{key: {side: {"median": seconds or MiB, "min": ..., "extra": {...}}}} and info by side.
+    With several rounds a figure is the median of the rounds' medians, its min the best of all."""
+    rounds, info, rss = {}, {}, {}
     for name, doc in raw.items():
         side = doc.get("side", name.split("_")[0])
         info.setdefault(side, {}).update(doc.get("info", {}))
+        if "rss_peak_mib" in doc.get("info", {}):
+            rss.setdefault(side, []).append(doc["info"]["rss_peak_mib"])
         for key, r in doc.get("results", {}).items():
             if key == "sgemm_1024_onednn":
                 key, side_here = "sgemm_1024", "onednn"
             else:
                 side_here = side
-            figures.setdefault(key, {})[side_here] = {
-                "median": r["median_s"], "min": r["min_s"], "reps": r.get("reps"),
-                "cpu_median": r.get("cpu_median_s"),
-                "extrapolated_from_steps": r.get("extrapolated_from_steps")}
-    for side in ("kiln", "torch"):
-        peak = info.get(side, {}).get("rss_peak_mib")
-        if peak is not None:
-            figures.setdefault("resnet18_train_rss", {})[side] = {"median": peak, "min": peak}
+            rounds.setdefault(key, {}).setdefault(side_here, []).append(r)
+    figures = {}
+    for key, by_side in rounds.items():
+        for side, rs in by_side.items():
+            figures.setdefault(key, {})[side] = {
+                "median": statistics.median(r["median_s"] for r in rs),
+                "min": min(r["min_s"] for r in rs),
+                "reps": sum(r.get("reps") or 0 for r in rs) or None,
+                "rounds": len(rs),
+                "cpu_median": median_or_none([r.get("cpu_median_s") for r in rs]),
+                "extrapolated_from_steps": rs[0].get("extrapolated_from_steps")}
+    for side, peaks in rss.items():
+        if side in ("kiln", "torch"):
+            figures.setdefault("resnet18_train_rss", {})[side] = {
+                "median": statistics.median(peaks), "min": min(peaks), "rounds": len(peaks)}
     return figures, info
 
 

@@ -14,6 +14,10 @@
 #                  report.py for the rule)
 #   --out F        the JSON report (default: $build/h2h/h2h.json; the table is also kept in
 #                  $build/h2h/h2h.txt)
+#   --rounds N     run every group N times, alternating the order of the sides (kiln, PyTorch,
+#                  ORT, then ORT, PyTorch, kiln, ...), and report each side's median over the
+#                  rounds: the machine's speed drifts by tens of percent over minutes (shared
+#                  host), and mirrored order cancels a steady drift (default 2; 1 with --quick)
 #   --torch-blas   PyTorch's matmuls go to whatever libblas.so.3 the system selects; Debian's
 #                  python3-torch recommends OpenBLAS, but setup.sh installs without recommends,
 #                  which leaves the reference netlib BLAS (~10x slower). "openblas" (default)
@@ -30,20 +34,25 @@ compare=""
 out=""
 tolerance=0.10
 torch_blas=openblas
+rounds=""
 while (($#)); do
   case "$1" in
     --quick) quick=1 ;;
     --compare) compare="$(realpath -e "${2:?--compare needs a file}")"; shift ;;
     --out) out="$(realpath -m "${2:?--out needs a file}")"; shift ;;
     --tolerance) tolerance="${2:?--tolerance needs a fraction}"; shift ;;
+    --rounds) rounds="${2:?--rounds needs a count}"; shift ;;
     --torch-blas) torch_blas="${2:?--torch-blas needs openblas or system}"; shift ;;
-    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ "$torch_blas" == openblas || "$torch_blas" == system ]] ||
   { echo "run.sh: --torch-blas must be openblas or system" >&2; exit 2; }
+
+rounds="${rounds:-$( ((quick)) && echo 1 || echo 2)}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds must be a positive count" >&2; exit 2; }
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 threads="${KILN_BENCH_THREADS:-2}"
@@ -127,19 +136,32 @@ load_start="$(load)"
 start_all=$SECONDS
 run_side prepare "${torch_env[@]}" "$python" bench/h2h/torch_h2h.py prepare --dir "$work" \
   --threads "$threads"
-# Groups alternate between the sides so that both see similar machine load.
+# run_group SIDE GROUP NAME: one side's process for one workload group.
+run_group() {
+  case "$1" in
+    kiln) run_side "$3" "$build/bench/kiln_h2h" --group="$2" --threads="$threads" --dir="$work" \
+      "${flag[@]}" ;;
+    torch) run_side "$3" "${torch_env[@]}" "$python" bench/h2h/torch_h2h.py bench --group "$2" \
+      --threads "$threads" --dir "$work" "${flag[@]}" ;;
+    ort) run_side "$3" node bench/h2h/ort_h2h.js --dir "$work" --threads "$threads" "${flag[@]}" ;;
+  esac
+}
+# Groups alternate between the sides so that both see similar machine load; with several rounds
+# the order mirrors every other round (kiln torch ort, ort torch kiln, ...).
 for group in micro infer train cnn; do
   if [[ "$group" == infer && ! -f "$work/prepare.json" ]]; then
     log "skipping infer: torch_h2h.py prepare failed"
     continue
   fi
-  run_side "kiln_$group" "$build/bench/kiln_h2h" --group="$group" --threads="$threads" \
-    --dir="$work" "${flag[@]}"
-  run_side "torch_$group" "${torch_env[@]}" "$python" bench/h2h/torch_h2h.py bench \
-    --group "$group" --threads "$threads" --dir "$work" "${flag[@]}"
-  if [[ "$group" == infer ]]; then
-    run_side ort_infer node bench/h2h/ort_h2h.js --dir "$work" --threads "$threads" "${flag[@]}"
-  fi
+  sides=(kiln torch)
+  [[ "$group" == infer ]] && sides+=(ort)
+  for ((r = 1; r <= rounds; r++)); do
+    order=("${sides[@]}")
+    ((r % 2 == 0)) && order=($(printf '%s\n' "${sides[@]}" | tac))
+    suffix=""
+    ((r > 1)) && suffix=".r$r"
+    for side in "${order[@]}"; do run_group "$side" "$group" "${side}_${group}${suffix}"; done
+  done
 done
 log "all workloads: $((SECONDS - start_all)) s"
 
@@ -152,7 +174,7 @@ set +e
   --meta cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" \
   --meta cpus="$(nproc)" --meta load_start="$load_start" --meta load_end="$(load)" \
   --meta kiln="$kiln_rev" --meta date="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-  --meta torch_blas_choice="$torch_blas" --meta seconds="$((SECONDS - start_all))" |
+  --meta torch_blas_choice="$torch_blas" --meta rounds="$rounds" --meta seconds="$((SECONDS - start_all))" |
   tee "$work/h2h.txt"
 rc=${PIPESTATUS[0]}
 set -e
