@@ -374,50 +374,70 @@ Tensor scratch(const dnnl::memory::desc& desc) {
 // at the same address), its offset, its version counter and the layout. Every in-place write
 // through kiln (optimizer steps, copy_, load_state_dict) bumps the version, so a changed weight
 // misses; code writing a weight through raw_data() must bump the version itself. Training passes
-// never use the cache: their weights change every step, and the copies would only add memory.
-struct CachedWeight {
-  std::weak_ptr<Storage> storage;
-  uint64_t version = 0;
-  Tensor blocked;
-};
-
-class WeightCache {
+// never use it: their weights change every step, and the copies would only add memory.
+//
+// The same kind of cache, two entries deep, serves a convolution's backward: the data and weight
+// gradients both read grad_output in the same blocked layout, so the second pass takes the
+// first's copy instead of reordering it again.
+class BlockedCache {
  public:
-  // The blocked copy of w for `entry`'s forward primitive, reordering on a miss.
-  Tensor get(const std::string& conv_key, const Tensor& w, const Operand& op) {
-    const std::string key = fmt::format("{}|{}|{}", static_cast<const void*>(w.storage().get()),
-                                        w.storage_offset(), conv_key);
+  explicit BlockedCache(size_t max_entries) : max_entries_(max_entries) {}
+
+  // The copy of plain tensor t in operand op's chosen layout, reordering on a miss.
+  Tensor get(const Tensor& t, const Operand& op) {
+    const std::string key = fmt::format("{}|{}|{}", static_cast<const void*>(t.storage().get()),
+                                        t.storage_offset(), op.chosen.get_size());
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end() && it->second.storage.lock() == w.storage() &&
-        it->second.version == w.version())
-      return it->second.blocked;
+    for (Entry& e : entries_)
+      if (e.key == key && e.chosen == op.chosen && e.version == t.version() &&
+          e.storage.lock() == t.storage()) {
+        e.last_use = ++clock_;
+        return e.blocked;
+      }
     Tensor blocked = scratch(op.chosen);
     dnnl::engine& eng = dnnl_engine();
-    dnnl::memory plain(op.plain, eng, w.raw_data()), out(op.chosen, eng, blocked.raw_data());
+    dnnl::memory plain(op.plain, eng, t.raw_data()), out(op.chosen, eng, blocked.raw_data());
     op.reorder.execute(dnnl_stream(), plain, out);
     dnnl_stream().wait();
-    if (entries_.size() >= kMaxEntries) purge();
-    entries_[key] = {w.storage(), w.version(), blocked};
+    if (entries_.size() >= max_entries_) evict();
+    entries_.push_back({key, op.chosen, t.storage(), t.version(), blocked, ++clock_});
     return blocked;
   }
 
  private:
-  static constexpr size_t kMaxEntries = 1024;
-  // Drops entries whose weights are gone or changed; everything if that frees nothing.
-  void purge() {
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      auto st = it->second.storage.lock();
-      it = !st || st->version() != it->second.version ? entries_.erase(it) : std::next(it);
-    }
-    if (entries_.size() >= kMaxEntries) entries_.clear();
+  struct Entry {
+    std::string key;
+    dnnl::memory::desc chosen;
+    std::weak_ptr<Storage> storage;
+    uint64_t version = 0;
+    Tensor blocked;
+    uint64_t last_use = 0;
+  };
+  // Drops the entries whose tensors are gone or changed, or else the least recently used one.
+  void evict() {
+    std::erase_if(entries_, [](const Entry& e) {
+      auto st = e.storage.lock();
+      return !st || st->version() != e.version;
+    });
+    if (entries_.size() < max_entries_) return;
+    auto lru =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; });
+    entries_.erase(lru);
   }
+  size_t max_entries_;
+  uint64_t clock_ = 0;
   std::mutex mutex_;
-  std::unordered_map<std::string, CachedWeight> entries_;
+  std::vector<Entry> entries_;
 };
 
-WeightCache& weight_cache() {
-  static auto* cache = new WeightCache();
+BlockedCache& weight_cache() {
+  static auto* cache = new BlockedCache(1024);
+  return *cache;
+}
+
+BlockedCache& grad_output_cache() {
+  static auto* cache = new BlockedCache(2);
   return *cache;
 }
 
@@ -448,7 +468,16 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       continue;
     }
     if (op == &e.b && cached_weight) {
-      keep.push_back(weight_cache().get(key, b, *op));
+      keep.push_back(weight_cache().get(b, *op));
+      args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
+      continue;
+    }
+    // grad_output: `a` of the data gradient, `b` of the weight gradient.
+    const Tensor& original = op == &e.a ? a : b;
+    const bool is_grad_output = (pass == Pass::kBackwardData && op == &e.a) ||
+                                (pass == Pass::kBackwardWeights && op == &e.b);
+    if (is_grad_output && t->is_same(original)) {
+      keep.push_back(grad_output_cache().get(original, *op));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
