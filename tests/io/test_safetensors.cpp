@@ -20,6 +20,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::io {
 namespace {
@@ -46,15 +47,7 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
   return {p, p + c.nbytes()};
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 class SafetensorsTest : public ::testing::Test {
  protected:

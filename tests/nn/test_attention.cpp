@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,9 +31,7 @@ using test::error_of;
 using test::expect_contains;
 using testing::bool_mask;
 using testing::fill_parameters;
-using testing::json_state;
 using testing::names_of;
-using testing::scaled_error;
 using testing::state_json;
 using testing::tensor_json;
 
@@ -391,54 +388,21 @@ MhaRun prepare(const MhaCase& c, uint64_t seed) {
 }
 
 TEST(NnAttention, MatchesTorchMultiheadAttention) {
-  std::vector<MhaRun> runs;
-  json cases = json::array();
-  uint64_t seed = 1;
-  for (const MhaCase& c : mha_cases()) {
-    runs.push_back(prepare(c, seed));
-    seed += 1000;
-    cases.push_back(runs.back().request);
-  }
-  json results = testing::run_torch_nn_reference(cases, "attention");
-  ASSERT_FALSE(results.is_null());
-  ASSERT_EQ(results.size(), runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    MhaRun& r = runs[i];
-    const json& ref = results[i];
-    const std::string& name = r.spec.name;
-    ASSERT_EQ(ref["name"], name);
-    // torch's state_dict keys, in order, are kiln's; torch's own weights load key for key.
-    std::vector<std::string> torch_keys = ref["initial_keys"];
-    EXPECT_EQ(torch_keys, names_of(r.mha->state_dict())) << name;
-    if (r.spec.torch_init) r.mha->load_state_dict(json_state(ref["initial_state"], r.spec.dtype));
-
-    auto [out, weights] = r.mha->forward(r.query, r.key, r.value, r.kpm, true, r.mask,
-                                         r.spec.average, r.spec.is_causal);
+  testing::compare_with_torch(mha_cases(), 1, "attention", prepare, [](MhaRun& r, const json& ref) {
+    const MhaCase& c = r.spec;
+    testing::ModuleParity parity(*r.mha, ref, c.name, c.dtype, c.torch_init);
+    auto [out, weights] =
+        r.mha->forward(r.query, r.key, r.value, r.kpm, true, r.mask, c.average, c.is_causal);
     kiln::backward({out, weights}, {r.grad_out, r.grad_weights});
-    const double tol = r.spec.dtype == DType::Float64 ? 1e-10 : 1e-5;
-    double worst = 0;
-    auto check = [&](const std::string& what, const Tensor& got, const json& want) {
-      ASSERT_FALSE(want.is_null()) << name << ": torch has no " << what;
-      ASSERT_TRUE(got.defined()) << name << ": kiln has no " << what;
-      double err = scaled_error(got, want);
-      EXPECT_LE(err, tol) << name << ": " << what;
-      worst = std::max(worst, err);
-    };
-    check("output", out, ref["outputs"]["output"]);
-    check("weights", weights, ref["outputs"]["weights"]);
-    check("query.grad", r.query.grad(), ref["input_grads"]["query"]);
-    if (!r.spec.self_attention) {
-      check("key.grad", r.key.grad(), ref["input_grads"]["key"]);
-      check("value.grad", r.value.grad(), ref["input_grads"]["value"]);
+    parity.check("output", out, ref["outputs"]["output"]);
+    parity.check("weights", weights, ref["outputs"]["weights"]);
+    parity.check("query.grad", r.query.grad(), ref["input_grads"]["query"]);
+    if (!c.self_attention) {
+      parity.check("key.grad", r.key.grad(), ref["input_grads"]["key"]);
+      parity.check("value.grad", r.value.grad(), ref["input_grads"]["value"]);
     }
-    size_t params = 0;
-    for (const auto& [pname, p] : r.mha->named_parameters()) {
-      check(pname + ".grad", p.grad(), ref["param_grads"][pname]);
-      ++params;
-    }
-    EXPECT_EQ(params, ref["param_grads"].size()) << name;
-    std::printf("[ parity ] %-42s max scaled error %.3g\n", name.c_str(), worst);
-  }
+    parity.check_param_grads_and_report();
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::nn {
 namespace {
@@ -32,15 +33,7 @@ std::vector<std::string> keys(const StateDict& d) {
   return out;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(NnModule, NamesAreDottedAndInInsertionOrder) {
   Net net;

@@ -4,7 +4,6 @@
 // (float32), scaled by max(1, max |torch|) of each tensor.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,9 +29,7 @@ using test::error_of;
 using test::expect_contains;
 using testing::bool_mask;
 using testing::fill_parameters;
-using testing::json_state;
 using testing::names_of;
-using testing::scaled_error;
 using testing::state_json;
 using testing::tensor_json;
 
@@ -246,48 +243,16 @@ EncoderRun prepare(const EncoderCase& c, uint64_t seed) {
 }
 
 TEST(NnTransformer, MatchesTorchTransformerEncoder) {
-  std::vector<EncoderRun> runs;
-  json cases = json::array();
-  uint64_t seed = 7;
-  for (const EncoderCase& c : encoder_cases()) {
-    runs.push_back(prepare(c, seed));
-    seed += 1000;
-    cases.push_back(runs.back().request);
-  }
-  json results = testing::run_torch_nn_reference(cases, "transformer");
-  ASSERT_FALSE(results.is_null());
-  ASSERT_EQ(results.size(), runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    EncoderRun& r = runs[i];
-    const json& ref = results[i];
-    const std::string& name = r.spec.name;
-    ASSERT_EQ(ref["name"], name);
-    std::vector<std::string> torch_keys = ref["initial_keys"];
-    EXPECT_EQ(torch_keys, names_of(r.module->state_dict())) << name;
-    if (r.spec.torch_init)
-      r.module->load_state_dict(json_state(ref["initial_state"], r.spec.dtype));
-
-    Tensor out = r.forward();
-    kiln::backward({out}, {r.grad_out});
-    const double tol = r.spec.dtype == DType::Float64 ? 1e-10 : 1e-5;
-    double worst = 0;
-    auto check = [&](const std::string& what, const Tensor& got, const json& want) {
-      ASSERT_FALSE(want.is_null()) << name << ": torch has no " << what;
-      ASSERT_TRUE(got.defined()) << name << ": kiln has no " << what;
-      double err = scaled_error(got, want);
-      EXPECT_LE(err, tol) << name << ": " << what;
-      worst = std::max(worst, err);
-    };
-    check("output", out, ref["outputs"]["output"]);
-    check("src.grad", r.src.grad(), ref["input_grads"]["src"]);
-    size_t params = 0;
-    for (const auto& [pname, p] : r.module->named_parameters()) {
-      check(pname + ".grad", p.grad(), ref["param_grads"][pname]);
-      ++params;
-    }
-    EXPECT_EQ(params, ref["param_grads"].size()) << name;
-    std::printf("[ parity ] %-42s max scaled error %.3g\n", name.c_str(), worst);
-  }
+  testing::compare_with_torch(
+      encoder_cases(), 7, "transformer", prepare, [](EncoderRun& r, const json& ref) {
+        const EncoderCase& c = r.spec;
+        testing::ModuleParity parity(*r.module, ref, c.name, c.dtype, c.torch_init);
+        Tensor out = r.forward();
+        kiln::backward({out}, {r.grad_out});
+        parity.check("output", out, ref["outputs"]["output"]);
+        parity.check("src.grad", r.src.grad(), ref["input_grads"]["src"]);
+        parity.check_param_grads_and_report();
+      });
 }
 
 }  // namespace

@@ -2,14 +2,11 @@
 // Runs tests/nn/torch_nn_reference.py (Debian's python3-torch) on cases written by a test and
 // returns PyTorch's results, for the live parity tests of the attention and transformer layers.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,40 +16,20 @@
 #include "kiln/nn/module.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/torch_runner.h"
 
 namespace kiln::nn::testing {
 
 using nlohmann::json;
 
-// Debian's interpreter: the python3 first on PATH does not see python3-torch.
-inline constexpr const char* kTorchPython = "/usr/bin/python3";
-
 inline json tensor_json(const Tensor& t) {
-  json values = json::array();
-  for (double v : t.to_vector<double>()) {
-    if (std::isnan(v))
-      values.push_back("nan");
-    else if (std::isinf(v))
-      values.push_back(v > 0 ? "inf" : "-inf");
-    else
-      values.push_back(v);
-  }
-  return {{"shape", t.shape()}, {"dtype", dtype_name(t.dtype())}, {"values", values}};
+  return {{"shape", t.shape()},
+          {"dtype", dtype_name(t.dtype())},
+          {"values", test::encode_values(t.to_vector<double>())}};
 }
 
 inline std::vector<double> json_values(const json& j) {
-  std::vector<double> out;
-  for (const auto& v : j["values"]) {
-    if (v.is_string()) {
-      const std::string s = v.get<std::string>();
-      out.push_back(s == "nan"   ? std::numeric_limits<double>::quiet_NaN()
-                    : s == "inf" ? std::numeric_limits<double>::infinity()
-                                 : -std::numeric_limits<double>::infinity());
-    } else {
-      out.push_back(v.get<double>());
-    }
-  }
-  return out;
+  return test::decode_values(j["values"]);
 }
 
 // A tensor of `dtype` (float32, float64) from the script's JSON.
@@ -124,43 +101,74 @@ Tensor bool_mask(const Shape& shape, F pick) {
 // Writes {"cases": cases}, runs the script, returns its cases. On failure records a test failure
 // saying what to install and returns null.
 inline json run_torch_nn_reference(const json& cases, const std::string& tag) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(kTorchPython)) {
-    ADD_FAILURE() << "live PyTorch parity needs " << kTorchPython
-                  << " with Debian's PyTorch (apt-get install python3-torch)";
-    return nullptr;
+  // __FILE__ is absolute (CMake passes absolute source paths): the script sits beside this header.
+  const std::string script =
+      (std::filesystem::path(__FILE__).parent_path() / "torch_nn_reference.py").string();
+  return test::run_torch_cases(script, cases, "nn_" + tag);
+}
+
+// Compares one case's kiln results with PyTorch's `ref`, within a tolerance for the dtype, and
+// keeps the worst scaled error. Constructing it checks that torch's state_dict keys, in order, are
+// the module's and, when the case starts from torch's own weights, loads them key for key.
+class ModuleParity {
+ public:
+  ModuleParity(Module& module, const json& ref, const std::string& name, DType dtype,
+               bool torch_init)
+      : module_(module), ref_(ref), name_(name), tol_(dtype == DType::Float64 ? 1e-10 : 1e-5) {
+    std::vector<std::string> torch_keys = ref["initial_keys"];
+    EXPECT_EQ(torch_keys, names_of(module.state_dict())) << name;
+    if (torch_init) module.load_state_dict(json_state(ref["initial_state"], dtype));
   }
-  const std::string script = (fs::path(__FILE__).parent_path() / "torch_nn_reference.py").string();
-  const fs::path dir = fs::temp_directory_path();
-  const std::string stem = "kiln_nn_" + tag + "_" + std::to_string(::getpid());
-  const fs::path in = dir / (stem + ".in.json"), out = dir / (stem + ".out.json");
-  {
-    std::ofstream f(in);
-    f << json{{"cases", cases}}.dump();
+
+  void check(const std::string& what, const Tensor& got, const json& want) {
+    ASSERT_FALSE(want.is_null()) << name_ << ": torch has no " << what;
+    ASSERT_TRUE(got.defined()) << name_ << ": kiln has no " << what;
+    double err = scaled_error(got, want);
+    EXPECT_LE(err, tol_) << name_ << ": " << what;
+    worst_ = std::max(worst_, err);
   }
-  fs::remove(out);
-  const std::string cmd = std::string(kTorchPython) + " '" + script + "' '" + in.string() + "' '" +
-                          out.string() + "' 2>&1";
-  std::string output;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) {
-    ADD_FAILURE() << "could not run " << cmd;
-    return nullptr;
+
+  // Checks the gradient of every parameter (and that torch has no others), then prints the worst
+  // error of the case.
+  void check_param_grads_and_report() {
+    size_t params = 0;
+    for (const auto& [pname, p] : module_.named_parameters()) {
+      check(pname + ".grad", p.grad(), ref_["param_grads"][pname]);
+      ++params;
+    }
+    EXPECT_EQ(params, ref_["param_grads"].size()) << name_;
+    std::printf("[ parity ] %-42s max scaled error %.3g\n", name_.c_str(), worst_);
   }
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code != 0) {
-    ADD_FAILURE() << "the PyTorch reference failed (exit " << code << "): " << cmd << "\n"
-                  << output << "\n(if torch is missing: install python3-torch)";
-    return nullptr;
+
+ private:
+  Module& module_;
+  const json& ref_;
+  std::string name_;
+  double tol_;
+  double worst_ = 0;
+};
+
+// Prepares one run per case (seeds `seed`, `seed` + 1000, ...), has PyTorch compute all their
+// requests in one go and hands each run, with PyTorch's result for it, to compare(run, ref).
+template <class Case, class Prepare, class Compare>
+void compare_with_torch(const std::vector<Case>& cases, uint64_t seed, const std::string& tag,
+                        Prepare prepare, Compare compare) {
+  using Run = decltype(prepare(cases.front(), seed));
+  std::vector<Run> runs;
+  json requests = json::array();
+  for (const Case& c : cases) {
+    runs.push_back(prepare(c, seed));
+    seed += 1000;
+    requests.push_back(runs.back().request);
   }
-  std::ifstream f(out);
-  json result = json::parse(f);
-  fs::remove(in);
-  fs::remove(out);
-  return result["cases"];
+  json results = run_torch_nn_reference(requests, tag);
+  ASSERT_FALSE(results.is_null());
+  ASSERT_EQ(results.size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const json& ref = results[i];
+    ASSERT_EQ(ref["name"], runs[i].spec.name);
+    compare(runs[i], ref);
+  }
 }
 
 }  // namespace kiln::nn::testing

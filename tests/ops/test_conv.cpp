@@ -14,27 +14,13 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol) {
-  ASSERT_EQ(got.shape(), want.shape());
-  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << "at " << i;
-}
+using test::expect_allclose;
+using test::expect_error;
 
 Tensor f32(const Tensor& t) {
   return to_dtype(t, DType::Float32);
@@ -102,14 +88,14 @@ TEST(Conv2d, OneDnnMatchesReferenceLoops) {
     Tensor x = sample_tensor(c.x, seed++), w = sample_tensor(c.w, seed++);
     Tensor b = sample_tensor({c.w[0]}, seed++);
     Tensor y = conv2d(x, w, b, c.o);
-    expect_close(conv2d(f32(x), f32(w), f32(b), c.o), y, 1e-5);
+    expect_allclose(conv2d(f32(x), f32(w), f32(b), c.o), y, 1e-5);
     Tensor g = sample_tensor(y.shape(), seed++);
     Size2 size{c.x[2], c.x[3]};
-    expect_close(conv2d_backward_input(f32(g), f32(w), size, c.o),
-                 conv2d_backward_input(g, w, size, c.o), 1e-5);
+    expect_allclose(conv2d_backward_input(f32(g), f32(w), size, c.o),
+                    conv2d_backward_input(g, w, size, c.o), 1e-5);
     Size2 kernel{c.w[2], c.w[3]};
-    expect_close(conv2d_backward_weight(f32(x), f32(g), kernel, c.o),
-                 conv2d_backward_weight(x, g, kernel, c.o), 1e-5);
+    expect_allclose(conv2d_backward_weight(f32(x), f32(g), kernel, c.o),
+                    conv2d_backward_weight(x, g, kernel, c.o), 1e-5);
   }
 }
 
@@ -146,7 +132,7 @@ TEST(Conv2d, GradientOfBiasIsTheSumOverBatchAndSpace) {
   Tensor g = sample_tensor({2, 4, 3, 3}, 34);
   Tensor y = conv2d(x, w, b);
   y.backward(g);
-  expect_close(b.grad(), sum(g, {0, 2, 3}), 1e-12);
+  expect_allclose(b.grad(), sum(g, {0, 2, 3}), 1e-12);
 }
 
 TEST(Conv2d, UnbatchedStridedAndLowPrecisionInputs) {
@@ -155,18 +141,18 @@ TEST(Conv2d, UnbatchedStridedAndLowPrecisionInputs) {
   // Unbatched [C, H, W].
   Tensor u = conv2d(select(x, 0, 1), w, Tensor(), {.padding = 1});
   EXPECT_EQ(u.shape(), (Shape{4, 6, 5}));
-  expect_close(u, select(y, 0, 1), 1e-14);
+  expect_allclose(u, select(y, 0, 1), 1e-14);
   // A channels-last view (non-contiguous) gives the same values, in both paths.
   Tensor nhwc = contiguous(permute(x, {0, 2, 3, 1}));
   Tensor view = permute(nhwc, {0, 3, 1, 2});
   ASSERT_FALSE(view.is_contiguous());
-  expect_close(conv2d(view, w, Tensor(), {.padding = 1}), y, 1e-14);
-  expect_close(conv2d(f32(view), f32(w), Tensor(), {.padding = 1}), y, 1e-5);
+  expect_allclose(conv2d(view, w, Tensor(), {.padding = 1}), y, 1e-14);
+  expect_allclose(conv2d(f32(view), f32(w), Tensor(), {.padding = 1}), y, 1e-5);
   // 16-bit floats compute in float32 and round once.
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     Tensor h = conv2d(to_dtype(x, dt), to_dtype(w, dt), Tensor(), {.padding = 1});
     EXPECT_EQ(h.dtype(), dt);
-    expect_close(h, y, dt == DType::BFloat16 ? 5e-2 : 5e-3);
+    expect_allclose(h, y, dt == DType::BFloat16 ? 5e-2 : 5e-3);
   }
 }
 

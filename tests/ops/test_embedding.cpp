@@ -10,20 +10,12 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
 
 Tensor idx(std::vector<int64_t> v, Shape shape) {
   return tensor<int64_t>(v, shape);

@@ -6,21 +6,12 @@
 #include <vector>
 
 #include "kiln/ops/factories.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-// Asserts that `fn` throws kiln::Error whose text contains every piece of `parts`.
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
 
 std::vector<double> values(const Tensor& t) {
   return t.to_vector<double>();

@@ -10,26 +10,13 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
-
-void expect_near(const Tensor& t, const std::vector<double>& want, double tol) {
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-}
+using test::expect_error;
+using test::expect_values;
 
 InterpolateOptions size_opts(int64_t h, int64_t w, std::string mode, std::string coord = "") {
   InterpolateOptions o;
@@ -50,13 +37,13 @@ InterpolateOptions scale_opts(double h, double w, std::string mode, std::string 
 TEST(Interpolate, NearestDefaultsToPyTorchLegacy) {
   Tensor x = tensor<double>({1, 2, 3, 4}, Shape{1, 1, 2, 2});
   Tensor y = interpolate(x, size_opts(4, 4, "nearest"));
-  expect_near(y, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 0);
+  expect_values(y, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 0);
   // Width 3 -> 2 picks floor(o * 1.5): indices 0 and 1 (asymmetric); nearest-exact (half_pixel)
   // picks floor((o + 0.5) * 1.5): indices 0 and 2.
   Tensor r = tensor<double>({1, 2, 3}, Shape{1, 1, 1, 3});
-  expect_near(interpolate(r, size_opts(1, 2, "nearest")), {1, 2}, 0);
-  expect_near(interpolate(r, size_opts(1, 2, "nearest", "asymmetric")), {1, 2}, 0);
-  expect_near(interpolate(r, size_opts(1, 2, "nearest", "half_pixel")), {1, 3}, 0);
+  expect_values(interpolate(r, size_opts(1, 2, "nearest")), {1, 2}, 0);
+  expect_values(interpolate(r, size_opts(1, 2, "nearest", "asymmetric")), {1, 2}, 0);
+  expect_values(interpolate(r, size_opts(1, 2, "nearest", "half_pixel")), {1, 3}, 0);
   // Any dtype works for nearest.
   Tensor u = tensor<uint8_t>({7, 9}, Shape{1, 1, 1, 2});
   EXPECT_EQ(interpolate(u, scale_opts(1, 2, "nearest")).to_vector<int64_t>(),
@@ -65,18 +52,19 @@ TEST(Interpolate, NearestDefaultsToPyTorchLegacy) {
 
 TEST(Interpolate, BilinearCoordinateModes) {
   Tensor x = tensor<double>({0, 1}, Shape{1, 1, 1, 2});
-  expect_near(interpolate(x, size_opts(1, 3, "bilinear", "align_corners")), {0, 0.5, 1}, 1e-15);
+  expect_values(interpolate(x, size_opts(1, 3, "bilinear", "align_corners")), {0, 0.5, 1}, 1e-15);
   // Default = pytorch_half_pixel: src = (o + 0.5) * 2 / 4 - 0.5, clamped at 0.
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear")), {0, 0.25, 0.75, 1}, 1e-15);
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "pytorch_half_pixel")), {0, 0.25, 0.75, 1},
-              1e-15);
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "half_pixel")), {0, 0.25, 0.75, 1}, 1e-15);
-  expect_near(interpolate(x, size_opts(1, 4, "bilinear", "asymmetric")), {0, 0.5, 1, 1}, 1e-15);
+  expect_values(interpolate(x, size_opts(1, 4, "bilinear")), {0, 0.25, 0.75, 1}, 1e-15);
+  expect_values(interpolate(x, size_opts(1, 4, "bilinear", "pytorch_half_pixel")),
+                {0, 0.25, 0.75, 1}, 1e-15);
+  expect_values(interpolate(x, size_opts(1, 4, "bilinear", "half_pixel")), {0, 0.25, 0.75, 1},
+                1e-15);
+  expect_values(interpolate(x, size_opts(1, 4, "bilinear", "asymmetric")), {0, 0.5, 1, 1}, 1e-15);
   // Output size 1: pytorch_half_pixel samples index 0, half_pixel the centre.
   Tensor c = tensor<double>({0, 1, 2, 3}, Shape{1, 1, 1, 4});
-  expect_near(interpolate(c, size_opts(1, 1, "bilinear", "pytorch_half_pixel")), {0}, 0);
-  expect_near(interpolate(c, size_opts(1, 1, "bilinear", "half_pixel")), {1.5}, 1e-15);
-  expect_near(interpolate(c, size_opts(1, 1, "bilinear", "align_corners")), {0}, 0);
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear", "pytorch_half_pixel")), {0}, 0);
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear", "half_pixel")), {1.5}, 1e-15);
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear", "align_corners")), {0}, 0);
 }
 
 TEST(Interpolate, ScaleFactorDrivesCoordinates) {
@@ -88,8 +76,8 @@ TEST(Interpolate, ScaleFactorDrivesCoordinates) {
   EXPECT_NE(onnx.to_vector<double>(), x.to_vector<double>());
   // Width 4 -> 8 with factor 2: asymmetric src = o / 2.
   Tensor r = tensor<double>({0, 2, 4, 6}, Shape{1, 1, 1, 4});
-  expect_near(interpolate(r, scale_opts(1, 2, "bilinear", "asymmetric")), {0, 1, 2, 3, 4, 5, 6, 6},
-              1e-15);
+  expect_values(interpolate(r, scale_opts(1, 2, "bilinear", "asymmetric")),
+                {0, 1, 2, 3, 4, 5, 6, 6}, 1e-15);
 }
 
 TEST(Interpolate, StridedAndFloat32) {
@@ -101,7 +89,7 @@ TEST(Interpolate, StridedAndFloat32) {
               interpolate(contiguous(t), o).to_vector<double>());
     Tensor f = interpolate(to_dtype(t, DType::Float32), o);
     EXPECT_EQ(f.dtype(), DType::Float32);
-    expect_near(f, interpolate(t, o).to_vector<double>(), 1e-6);
+    expect_values(f, interpolate(t, o).to_vector<double>(), 1e-6);
   }
 }
 

@@ -7,28 +7,16 @@
 #include "kiln/ops/join.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
+using test::iota;
 
 std::vector<double> values(const Tensor& t) {
   return t.to_vector<double>();
-}
-
-Tensor iota(Shape shape, double start = 0, DType dt = DType::Float32) {
-  return arange(start, start + static_cast<double>(shape_numel(shape)), 1.0, TensorOptions{dt})
-      .reshape(shape);
 }
 
 TEST(Join, CatThreeInputsNegativeDim) {

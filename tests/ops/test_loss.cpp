@@ -15,33 +15,20 @@
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/softmax.h"
 #include "kiln/ops/unary.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
-
-void expect_near(const Tensor& t, const std::vector<double>& want, double tol) {
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-}
+using test::expect_error;
+using test::expect_values;
 
 void expect_close(const Tensor& a, const Tensor& b, double tol) {
   ASSERT_TRUE(a.defined());
   ASSERT_TRUE(b.defined());
   EXPECT_EQ(a.shape(), b.shape());
   EXPECT_EQ(a.dtype(), b.dtype());
-  expect_near(a, b.to_vector<double>(), tol);
+  expect_values(a, b.to_vector<double>(), tol);
 }
 
 Tensor longs(const std::vector<int64_t>& v, Shape shape) {
@@ -53,17 +40,17 @@ TEST(CrossEntropy, HandComputedValues) {
   Tensor t = longs({2, 0}, {2});
   const double l0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3;
   const double l1 = std::log(3.0);
-  expect_near(cross_entropy(x, t, Tensor(), -100, Reduction::None), {l0, l1}, 1e-6);
-  expect_near(cross_entropy(x, t), {(l0 + l1) / 2}, 1e-6);
-  expect_near(cross_entropy(x, t, Tensor(), -100, Reduction::Sum), {l0 + l1}, 1e-6);
+  expect_values(cross_entropy(x, t, Tensor(), -100, Reduction::None), {l0, l1}, 1e-6);
+  expect_values(cross_entropy(x, t), {(l0 + l1) / 2}, 1e-6);
+  expect_values(cross_entropy(x, t, Tensor(), -100, Reduction::Sum), {l0 + l1}, 1e-6);
   EXPECT_EQ(cross_entropy(x, t).dtype(), DType::Float32);
   EXPECT_EQ(cross_entropy(x, t).dim(), 0);
   // Class weights: Mean divides by the weights of the targets (here 3 and 1), not by N.
   Tensor w = tensor<float>({1, 2, 3});
-  expect_near(cross_entropy(x, t, w), {(3 * l0 + 1 * l1) / 4}, 1e-6);
+  expect_values(cross_entropy(x, t, w), {(3 * l0 + 1 * l1) / 4}, 1e-6);
   // ignore_index drops the position from the sum and from the normalizer.
-  expect_near(cross_entropy(x, t, w, 0), {l0}, 1e-6);
-  expect_near(cross_entropy(x, t, Tensor(), 2, Reduction::None), {0, l1}, 1e-6);
+  expect_values(cross_entropy(x, t, w, 0), {l0}, 1e-6);
+  expect_values(cross_entropy(x, t, Tensor(), 2, Reduction::None), {0, l1}, 1e-6);
 }
 
 TEST(CrossEntropy, LabelSmoothingHandComputed) {
@@ -72,13 +59,13 @@ TEST(CrossEntropy, LabelSmoothingHandComputed) {
   const double lp[] = {0.5 - lse, -1 - lse, 2 - lse};
   const double eps = 0.3;
   const double want = -(1 - eps) * lp[1] - eps / 3 * (lp[0] + lp[1] + lp[2]);
-  expect_near(cross_entropy(x, longs({1}, {1}), Tensor(), -100, Reduction::Mean, eps), {want},
-              1e-12);
+  expect_values(cross_entropy(x, longs({1}, {1}), Tensor(), -100, Reduction::Mean, eps), {want},
+                1e-12);
   // Probabilities: -sum_c (t_c (1 - eps) + eps / C) log p_c.
   Tensor p = tensor<double>({0.2, 0.5, 0.3}, Shape{1, 3});
   double want_p = 0;
   for (int c = 0; c < 3; ++c) want_p -= (p.to_vector<double>()[c] * (1 - eps) + eps / 3) * lp[c];
-  expect_near(cross_entropy(x, p, Tensor(), -100, Reduction::Sum, eps), {want_p}, 1e-12);
+  expect_values(cross_entropy(x, p, Tensor(), -100, Reduction::Sum, eps), {want_p}, 1e-12);
 }
 
 TEST(CrossEntropy, AllIgnoredMeanIsNaN) {
@@ -153,7 +140,7 @@ TEST(CrossEntropy, Float32AndBFloat16MatchReference) {
     Tensor fused = cross_entropy(xd, t, wd, 4, Reduction::Mean, 0.1);
     EXPECT_EQ(fused.dtype(), dt);
     Tensor ref = reference::cross_entropy(x, t, w, 4, Reduction::Mean, 0.1);
-    expect_near(fused, ref.to_vector<double>(), dt == DType::Float32 ? 1e-6 : 2e-2);
+    expect_values(fused, ref.to_vector<double>(), dt == DType::Float32 ? 1e-6 : 2e-2);
   }
 }
 
@@ -245,11 +232,11 @@ TEST(CrossEntropy, MetaInference) {
 TEST(NllLoss, HandComputedValues) {
   Tensor lp = tensor<double>({-0.5, -1.5, -2.5, -0.1, -3.0, -1.0}, Shape{2, 3});
   Tensor t = longs({2, 0}, {2});
-  expect_near(nll_loss(lp, t, Tensor(), -100, Reduction::None), {2.5, 0.1}, 1e-12);
-  expect_near(nll_loss(lp, t), {1.3}, 1e-12);
+  expect_values(nll_loss(lp, t, Tensor(), -100, Reduction::None), {2.5, 0.1}, 1e-12);
+  expect_values(nll_loss(lp, t), {1.3}, 1e-12);
   Tensor w = tensor<double>({2, 1, 3});
-  expect_near(nll_loss(lp, t, w), {(3 * 2.5 + 2 * 0.1) / 5}, 1e-12);
-  expect_near(nll_loss(lp, t, w, 2, Reduction::Sum), {0.2}, 1e-12);
+  expect_values(nll_loss(lp, t, w), {(3 * 2.5 + 2 * 0.1) / 5}, 1e-12);
+  expect_values(nll_loss(lp, t, w, 2, Reduction::Sum), {0.2}, 1e-12);
   // cross_entropy is log_softmax followed by nll_loss.
   Tensor x = sample_tensor({4, 3}, 5);
   Tensor tt = longs({0, 2, 1, 1}, {4});
@@ -278,19 +265,19 @@ TEST(RegressionLosses, HandComputedValues) {
   Tensor a = tensor<double>({0.0, 1.0, 3.0, -2.0});
   Tensor b = tensor<double>({0.5, 1.0, 1.0, 0.0});
   // d = -0.5, 0, 2, -2
-  expect_near(mse_loss(a, b), {(0.25 + 0 + 4 + 4) / 4}, 1e-12);
-  expect_near(l1_loss(a, b, Reduction::Sum), {4.5}, 1e-12);
-  expect_near(smooth_l1_loss(a, b, Reduction::None), {0.125, 0, 1.5, 1.5}, 1e-12);
-  expect_near(smooth_l1_loss(a, b, Reduction::None, 4.0), {0.03125, 0, 0.5, 0.5}, 1e-12);
-  expect_near(smooth_l1_loss(a, b, Reduction::None, 0.0), {0.5, 0, 2, 2}, 1e-12);
-  expect_near(huber_loss(a, b, Reduction::None, 0.5), {0.125, 0, 0.875, 0.875}, 1e-12);
-  expect_near(huber_loss(a, b, Reduction::None, 4.0), {0.125, 0, 2, 2}, 1e-12);
+  expect_values(mse_loss(a, b), {(0.25 + 0 + 4 + 4) / 4}, 1e-12);
+  expect_values(l1_loss(a, b, Reduction::Sum), {4.5}, 1e-12);
+  expect_values(smooth_l1_loss(a, b, Reduction::None), {0.125, 0, 1.5, 1.5}, 1e-12);
+  expect_values(smooth_l1_loss(a, b, Reduction::None, 4.0), {0.03125, 0, 0.5, 0.5}, 1e-12);
+  expect_values(smooth_l1_loss(a, b, Reduction::None, 0.0), {0.5, 0, 2, 2}, 1e-12);
+  expect_values(huber_loss(a, b, Reduction::None, 0.5), {0.125, 0, 0.875, 0.875}, 1e-12);
+  expect_values(huber_loss(a, b, Reduction::None, 4.0), {0.125, 0, 2, 2}, 1e-12);
   // Broadcasting and promotion follow sub().
   Tensor m =
       mse_loss(tensor<float>({1, 2}, Shape{2, 1}), tensor<double>({0, 1, 2}), Reduction::None);
   EXPECT_EQ(m.shape(), (Shape{2, 3}));
   EXPECT_EQ(m.dtype(), DType::Float64);
-  expect_near(m, {1, 0, 1, 4, 1, 0}, 1e-12);
+  expect_values(m, {1, 0, 1, 4, 1, 0}, 1e-12);
   // Strided input.
   Tensor s = sample_tensor({4, 3}, 3);
   expect_close(l1_loss(s.t(), zeros({3, 4}, {DType::Float64}), Reduction::Sum), sum(abs(s)), 1e-12);
@@ -315,15 +302,15 @@ TEST(RegressionLosses, Errors) {
 TEST(BinaryCrossEntropy, HandComputedValues) {
   Tensor p = tensor<double>({0.25, 0.9});
   Tensor t = tensor<double>({1.0, 0.0});
-  expect_near(binary_cross_entropy(p, t, Tensor(), Reduction::None),
-              {-std::log(0.25), -std::log(0.1)}, 1e-12);
+  expect_values(binary_cross_entropy(p, t, Tensor(), Reduction::None),
+                {-std::log(0.25), -std::log(0.1)}, 1e-12);
   Tensor w = tensor<double>({2.0, 0.5});
-  expect_near(binary_cross_entropy(p, t, w, Reduction::Sum),
-              {-2 * std::log(0.25) - 0.5 * std::log(0.1)}, 1e-12);
+  expect_values(binary_cross_entropy(p, t, w, Reduction::Sum),
+                {-2 * std::log(0.25) - 0.5 * std::log(0.1)}, 1e-12);
   // Logs are clamped at -100 (PyTorch): p = 0 with t = 1 costs 100, not inf.
-  expect_near(binary_cross_entropy(tensor<double>({0.0, 1.0}), tensor<double>({1.0, 0.0}), Tensor(),
-                                   Reduction::None),
-              {100, 100}, 1e-12);
+  expect_values(binary_cross_entropy(tensor<double>({0.0, 1.0}), tensor<double>({1.0, 0.0}),
+                                     Tensor(), Reduction::None),
+                {100, 100}, 1e-12);
 }
 
 TEST(BinaryCrossEntropy, WithLogitsIsStableAndMatchesSigmoid) {
@@ -339,13 +326,13 @@ TEST(BinaryCrossEntropy, WithLogitsIsStableAndMatchesSigmoid) {
   Tensor big = tensor<float>({-200, 200, 300, -300}).set_requires_grad(true);
   Tensor tb = tensor<float>({1, 0, 1, 0});
   Tensor l = binary_cross_entropy_with_logits(big, tb, Tensor(), Tensor(), Reduction::None);
-  expect_near(l, {200, 200, 0, 0}, 1e-4);
-  expect_near(grad({l.sum()}, {big})[0], {-1, 1, 0, 0}, 1e-6);
+  expect_values(l, {200, 200, 0, 0}, 1e-4);
+  expect_values(grad({l.sum()}, {big})[0], {-1, 1, 0, 0}, 1e-6);
   // Zero logits: the gradient is sigmoid(0) - t.
   Tensor z = zeros({2}, {DType::Float64}).set_requires_grad(true);
   Tensor lz = binary_cross_entropy_with_logits(z, tensor<double>({1.0, 0.25}), Tensor(), Tensor(),
                                                Reduction::Sum);
-  expect_near(grad({lz}, {z})[0], {-0.5, 0.25}, 1e-12);
+  expect_values(grad({lz}, {z})[0], {-0.5, 0.25}, 1e-12);
 }
 
 TEST(BinaryCrossEntropy, Errors) {
@@ -370,10 +357,10 @@ TEST(KlDiv, HandComputedValues) {
   Tensor in = tensor<double>({-1.0, -2.0, -0.5, -3.0}, Shape{2, 2});
   Tensor t = tensor<double>({0.25, 0.75, 0.0, 1.0}, Shape{2, 2});
   std::vector<double> want = {0.25 * (std::log(0.25) + 1), 0.75 * (std::log(0.75) + 2), 0.0, 3.0};
-  expect_near(kl_div(in, t, Reduction::None), want, 1e-12);
+  expect_values(kl_div(in, t, Reduction::None), want, 1e-12);
   const double total = want[0] + want[1] + want[2] + want[3];
-  expect_near(kl_div(in, t, Reduction::BatchMean), {total / 2}, 1e-12);
-  expect_near(kl_div(in, t, Reduction::Mean), {total / 4}, 1e-12);
+  expect_values(kl_div(in, t, Reduction::BatchMean), {total / 2}, 1e-12);
+  expect_values(kl_div(in, t, Reduction::Mean), {total / 4}, 1e-12);
   // log_target: exp(t) (t - input), the same divergence given log-probabilities.
   Tensor tp = tensor<double>({0.25, 0.75, 0.5, 0.5}, Shape{2, 2});
   expect_close(kl_div(in, log(tp), Reduction::Sum, true), kl_div(in, tp, Reduction::Sum), 1e-12);

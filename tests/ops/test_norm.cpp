@@ -12,31 +12,18 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
-
-void expect_near(const Tensor& t, const std::vector<double>& want, double tol) {
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-}
+using test::expect_error;
+using test::expect_values;
 
 void expect_close(const Tensor& a, const Tensor& b, double tol) {
   EXPECT_EQ(a.shape(), b.shape());
   EXPECT_EQ(a.dtype(), b.dtype());
-  expect_near(a, b.to_vector<double>(), tol);
+  expect_values(a, b.to_vector<double>(), tol);
 }
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -48,15 +35,15 @@ TEST(BatchNorm, TrainingHandComputedAndRunningUpdate) {
   const uint64_t v_mean = rm.version(), v_var = rv.version();
   Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1, 0.0);
   const double s = std::sqrt(5.0);
-  expect_near(y, {-3 / s, -1 / s, 1 / s, 3 / s}, 1e-12);
-  expect_near(rm, {0.9 * 0 + 0.1 * 4}, 1e-12);
-  expect_near(rv, {0.9 * 1 + 0.1 * 20.0 / 3.0}, 1e-12);
+  expect_values(y, {-3 / s, -1 / s, 1 / s, 3 / s}, 1e-12);
+  expect_values(rm, {0.9 * 0 + 0.1 * 4}, 1e-12);
+  expect_values(rv, {0.9 * 1 + 0.1 * 20.0 / 3.0}, 1e-12);
   EXPECT_GT(rm.version(), v_mean);
   EXPECT_GT(rv.version(), v_var);
   // Affine: weight 2, bias -1.
   Tensor w = full({1}, 2.0, {DType::Float64}), b = full({1}, -1.0, {DType::Float64});
-  expect_near(batch_norm(x, Tensor(), Tensor(), w, b, true, 0.1, 0.0),
-              {-6 / s - 1, -2 / s - 1, 2 / s - 1, 6 / s - 1}, 1e-12);
+  expect_values(batch_norm(x, Tensor(), Tensor(), w, b, true, 0.1, 0.0),
+                {-6 / s - 1, -2 / s - 1, 2 / s - 1, 6 / s - 1}, 1e-12);
 }
 
 TEST(BatchNorm, RunningStatsGetNoGradientEvenWhenInputsRequireIt) {
@@ -74,10 +61,10 @@ TEST(BatchNorm, EvalUsesRunningStats) {
   Tensor w = tensor<float>({2, 1}), b = tensor<float>({0, 10});
   Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 0.0);
   EXPECT_EQ(y.dtype(), DType::Float32);
-  expect_near(y, {0, 10, 2, 12}, 1e-6);
+  expect_values(y, {0, 10, 2, 12}, 1e-6);
   // Evaluation never changes the running statistics.
-  expect_near(rm, {1, 2}, 0);
-  expect_near(rv, {4, 1}, 0);
+  expect_values(rm, {1, 2}, 0);
+  expect_values(rv, {4, 1}, 0);
 }
 
 TEST(BatchNorm, MatchesReferenceAndGradients) {
@@ -115,8 +102,8 @@ TEST(BatchNorm, MomentumConvention) {
   Tensor x = tensor<double>({0, 2}, Shape{2, 1});
   Tensor rm = full({1}, 10.0, {DType::Float64}), rv = ones({1}, {DType::Float64});
   batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.01);
-  expect_near(rm, {0.99 * 10 + 0.01 * 1}, 1e-12);
-  expect_near(rv, {0.99 * 1 + 0.01 * 2}, 1e-12);
+  expect_values(rm, {0.99 * 10 + 0.01 * 1}, 1e-12);
+  expect_values(rv, {0.99 * 1 + 0.01 * 2}, 1e-12);
 }
 
 TEST(BatchNorm, Errors) {
@@ -153,10 +140,10 @@ TEST(LayerNorm, HandComputed) {
   Tensor x = tensor<double>({1, 2, 3, 4, 10, 10, 10, 14}, Shape{2, 4});
   Tensor y = layer_norm(x, {4}, Tensor(), Tensor(), 0.0);
   const double s = std::sqrt(1.25), t = std::sqrt(3.0);
-  expect_near(y, {-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s, -1 / t, -1 / t, -1 / t, 3 / t}, 1e-12);
+  expect_values(y, {-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s, -1 / t, -1 / t, -1 / t, 3 / t}, 1e-12);
   Tensor w = tensor<double>({1, 2, 3, 4}), b = tensor<double>({0, 0, 0, 1});
-  expect_near(layer_norm(x, {4}, w, b, 0.0),
-              {-1.5 / s, -1 / s, 1.5 / s, 6 / s + 1, -1 / t, -2 / t, -3 / t, 12 / t + 1}, 1e-12);
+  expect_values(layer_norm(x, {4}, w, b, 0.0),
+                {-1.5 / s, -1 / s, 1.5 / s, 6 / s + 1, -1 / t, -2 / t, -3 / t, 12 / t + 1}, 1e-12);
 }
 
 TEST(LayerNorm, MatchesReferenceOverLayoutsAndDtypes) {
@@ -220,7 +207,7 @@ TEST(GroupNorm, MatchesReference) {
   }
   // Two channels per group of one element each: hand values.
   Tensor small = tensor<double>({1, 3, 5, 9}, Shape{1, 4});
-  expect_near(group_norm(small, 2, Tensor(), Tensor(), 0.0), {-1, 1, -1, 1}, 1e-12);
+  expect_values(group_norm(small, 2, Tensor(), Tensor(), 0.0), {-1, 1, -1, 1}, 1e-12);
 }
 
 TEST(GroupNorm, Gradgradcheck) {

@@ -18,27 +18,13 @@
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol) {
-  ASSERT_EQ(got.shape(), want.shape());
-  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << "at " << i;
-}
+using test::expect_allclose;
+using test::expect_error;
 
 using Values = std::vector<double>;
 using Indices = std::vector<int64_t>;
@@ -75,7 +61,8 @@ TEST(MaxPool2d, DilationNanAndUnbatched) {
   EXPECT_EQ(i.item<int64_t>(), 1);
   Tensor x = sample_tensor({2, 3, 6, 5}, 1);
   const MaxPool2dOptions o{.stride = Size2{2, 1}, .padding = 1, .ceil_mode = true};
-  expect_close(max_pool2d(select(x, 0, 1), {3, 2}, o), select(max_pool2d(x, {3, 2}, o), 0, 1), 0);
+  expect_allclose(max_pool2d(select(x, 0, 1), {3, 2}, o), select(max_pool2d(x, {3, 2}, o), 0, 1),
+                  0);
 }
 
 TEST(MaxPool2d, GradientGoesToTheArgmaxOfEveryWindow) {
@@ -120,9 +107,9 @@ TEST(AdaptiveAvgPool2d, UnevenAndLargerOutputs) {
   Tensor two = tensor({1, 2}).reshape({1, 1, 1, 2});
   EXPECT_EQ(adaptive_avg_pool2d(two, {1, 3}).to_vector<double>(), (Values{1, 1.5, 2}));
   Tensor r = sample_tensor({2, 3, 4, 5}, 3);
-  expect_close(adaptive_avg_pool2d(r, 1), mean(r, {2, 3}, true), 1e-15);
-  expect_close(adaptive_avg_pool2d(select(r, 0, 0), {3, 2}),
-               select(adaptive_avg_pool2d(r, {3, 2}), 0, 0), 0);
+  expect_allclose(adaptive_avg_pool2d(r, 1), mean(r, {2, 3}, true), 1e-15);
+  expect_allclose(adaptive_avg_pool2d(select(r, 0, 0), {3, 2}),
+                  select(adaptive_avg_pool2d(r, {3, 2}), 0, 0), 0);
 }
 
 // Each backward op is the transpose of its pooling: <g, pool(x)> = <pool_backward(g), x>.
@@ -174,8 +161,8 @@ TEST(Pool, StridedInputsAndThreadCount) {
   }
   // float32 agrees with float64.
   Tensor x32 = to_dtype(x, DType::Float32);
-  expect_close(avg_pool2d(x32, 3, ao), avg_pool2d(x, 3, ao), 1e-6);
-  expect_close(adaptive_avg_pool2d(x32, {4, 3}), adaptive_avg_pool2d(x, {4, 3}), 1e-6);
+  expect_allclose(avg_pool2d(x32, 3, ao), avg_pool2d(x, 3, ao), 1e-6);
+  expect_allclose(adaptive_avg_pool2d(x32, {4, 3}), adaptive_avg_pool2d(x, {4, 3}), 1e-6);
 }
 
 TEST(Pool, MetaTensorsInferShapes) {

@@ -3,18 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(Views, ShareStorageAndSeeWrites) {
   Tensor x = arange(12.0, TensorOptions{DType::Float32}).reshape({3, 4});

@@ -10,6 +10,7 @@
 #include "kiln/ops/registry.h"
 #include "kiln/optim/clip.h"
 #include "tests/optim/torch_reference.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::optim {
 namespace {
@@ -18,16 +19,7 @@ using nlohmann::json;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
 
 Tensor with_grad(std::vector<double> grad) {
   Tensor p = zeros({static_cast<int64_t>(grad.size())}, TensorOptions{DType::Float64});

@@ -12,22 +12,14 @@
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/sgd.h"
 #include "tests/optim/torch_reference.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::optim {
 namespace {
 
 using nlohmann::json;
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
 
 Tensor leaf() {
   Tensor p = zeros({1}, TensorOptions{DType::Float64});

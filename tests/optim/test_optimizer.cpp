@@ -16,20 +16,13 @@
 #include "kiln/optim/adam.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::optim {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
+using test::expect_values;
 
 Tensor param(std::vector<double> values, DType dtype = DType::Float64) {
   Tensor p = tensor(values, std::nullopt, TensorOptions{dtype});
@@ -41,12 +34,6 @@ Tensor sample_param(Shape shape, uint64_t seed, DType dtype = DType::Float64) {
   Tensor p = sample_tensor(std::move(shape), seed).to(dtype);
   p.set_requires_grad(true);
   return p;
-}
-
-void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
 }
 
 // --- construction and options ------------------------------------------------------------------

@@ -15,20 +15,12 @@
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::optim {
 namespace {
 
-template <class F>
-void expect_error(F fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_error;
 
 const std::vector<Shape> kShapes = {{3, 4}, {5}, {2, 2}};
 

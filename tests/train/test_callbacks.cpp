@@ -26,6 +26,7 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/fit.h"
+#include "tests/support/test_util.h"
 #include "tests/support/toy_data.h"
 
 namespace kiln::train {
@@ -33,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using test::expect_error;
 using test::separable;
 
 data::DataLoader loader(int64_t n, int64_t batch, uint32_t seed = 1, bool shuffle = true) {
@@ -104,19 +106,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Runs `fn`, expecting a kiln::Error whose text holds every piece of `needles`.
-template <class Fn>
-void expect_error(Fn fn, std::vector<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing " << needles.front();
-  } catch (const Error& e) {
-    for (const auto& needle : needles)
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-          << "missing \"" << needle << "\" in: " << e.what();
-  }
 }
 
 // --- Context -----------------------------------------------------------------------------------

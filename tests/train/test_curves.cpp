@@ -13,11 +13,15 @@
 
 #include "kiln/core/error.h"
 #include "kiln/train/curves.h"
+#include "tests/support/test_util.h"
 
 namespace kiln::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+using test::expect_error;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A parsed element: its name, attributes, text content (direct) and children.
@@ -243,15 +247,6 @@ TEST(Curves, WritesAtomicallyAndReportsErrors) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), training_curves_svg(four_epochs()));
 
-  auto expect_error = [](auto fn, const std::vector<std::string>& needles) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error";
-    } catch (const Error& e) {
-      for (const auto& needle : needles)
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_error([&] { write_training_curves(History{}, path); },
                {"[write_training_curves]", "empty", "test_curves.cpp"});
   History empty_series;
