@@ -28,7 +28,7 @@ Workload make(const std::string& name, int64_t batch) {
   if (name == "resnet18-train") return {kiln::nn::resnet18(3, 10), {batch, 3, 32, 32}};
   if (name == "resnet18-infer") return {kiln::nn::resnet18(3, 10), {batch, 3, 32, 32}, false};
   if (name == "mlp-train") return {kiln::nn::mlp(784, {256}, 10), {batch, 784}};
-  throw kiln::Error("kiln_profile: unknown workload '" + name + "'");
+  throw kiln::Error("unknown workload '" + name + "'");
 }
 
 }  // namespace
