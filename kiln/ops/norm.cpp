@@ -6,11 +6,9 @@
 #include <cmath>
 
 #include "kiln/core/grad_mode.h"
-#include "kiln/core/parallel.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/norm_kernels.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
@@ -90,57 +88,6 @@ NormGeom make_geom(NormKind kind, const Shape& x, int64_t groups_or_k) {
   return g;
 }
 
-// Two passes (mean, then squared deviations) in double over `n` contiguous elements.
-template <class T>
-void moments(const T* x, int64_t n, double& mean, double& var) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
-  mean = s / static_cast<double>(n);
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - mean;
-    ss += d * d;
-  }
-  var = ss / static_cast<double>(n);
-}
-
-// y = x * scale + shift over `n` contiguous elements, in the compute type.
-template <class T>
-void affine_row(const T* x, T* y, int64_t n, double scale, double shift) {
-  using C = compute_t<T>;
-  const C sc = static_cast<C>(scale), sh = static_cast<C>(shift);
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<C>(x[i]) * sc + sh);
-}
-
-// layer_norm and group_norm (batch_norm has its own kernels, norm_kernels.cpp).
-template <class T>
-void norm_kernel(const NormGeom& g, double eps, const T* x, const T* w, const T* b, T* y,
-                 T* mean_out, T* var_out) {
-  const int64_t cg = g.q / g.groups;
-  auto param = [&](int64_t q, double mean, double rstd, double& scale, double& shift) {
-    scale = rstd * (w ? static_cast<double>(static_cast<compute_t<T>>(w[q])) : 1.0);
-    shift = (b ? static_cast<double>(static_cast<compute_t<T>>(b[q])) : 0.0) - mean * scale;
-  };
-  // One statistic per contiguous chunk: chunks go to threads, each chunk is serial.
-  const int64_t chunk = cg * g.r;
-  parallel_for(0, g.p * g.groups, std::max<int64_t>(1, kGrain / std::max<int64_t>(chunk, 1)),
-               [&](int64_t s0, int64_t s1) {
-                 for (int64_t s = s0; s < s1; ++s) {
-                   const T* xs = x + s * chunk;
-                   double mean, var;
-                   moments(xs, chunk, mean, var);
-                   mean_out[s] = static_cast<T>(mean);
-                   var_out[s] = static_cast<T>(var);
-                   const double rstd = 1.0 / std::sqrt(var + eps);
-                   for (int64_t c = 0; c < cg; ++c) {
-                     double scale, shift;
-                     param((s % g.groups) * cg + c, mean, rstd, scale, shift);
-                     affine_row(xs + c * g.r, y + s * chunk + c * g.r, g.r, scale, shift);
-                   }
-                 }
-               });
-}
-
 // Outputs: y (x's shape), and the mean and biased variance of every statistic (stat_shape).
 // The statistics are outputs so that batch_norm can update running statistics without another
 // pass, and so that the vjp need not recompute them.
@@ -191,16 +138,9 @@ class NormOp final : public Op {
                                         has_bias_ ? c.back() : Tensor(), out[0], out[1], out[2]);
       return;
     }
-    visit_dtype(c[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<compute_t<T>>) {
-        const T* w = has_weight_ ? static_cast<const T*>(c[1].raw_data()) : nullptr;
-        const T* b = has_bias_ ? static_cast<const T*>(c.back().raw_data()) : nullptr;
-        norm_kernel<T>(g, eps_, static_cast<const T*>(c[0].raw_data()), w, b,
-                       static_cast<T*>(out[0].raw_data()), static_cast<T*>(out[1].raw_data()),
-                       static_cast<T*>(out[2].raw_data()));
-      }
-    });
+    detail::chunk_norm_forward_kernel({g.p * g.groups, g.groups, g.q / g.groups, g.r}, eps_, c[0],
+                                      has_weight_ ? c[1] : Tensor(),
+                                      has_bias_ ? c.back() : Tensor(), out[0], out[1], out[2]);
   }
 
   // The vjp reads the statistics, never y (which the next op usually saves itself).

@@ -190,6 +190,36 @@ void batch_norm_forward_kernel(const BatchGeom& g, double eps, const Tensor& x,
   });
 }
 
+void chunk_norm_forward_kernel(const ChunkGeom& g, double eps, const Tensor& x,
+                               const Tensor& weight, const Tensor& bias, const Tensor& y,
+                               const Tensor& mean, const Tensor& var) {
+  const int64_t chunk = g.cg * g.r;
+  const double count = static_cast<double>(chunk);
+  visit_floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = ptr<T>(x), *pw = ptr<T>(weight), *pb = ptr<T>(bias);
+    T* py = mut<T>(y);
+    // Chunks go to threads; each chunk is serial.
+    const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(chunk, 1));
+    parallel_for(0, g.chunks, grain, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        const T* xs = px + s * chunk;
+        const double m = row_sum(xs, chunk) / count;
+        const double v = row_sq_dev(xs, chunk, m) / count;
+        mut<T>(mean)[s] = static_cast<T>(m);
+        mut<T>(var)[s] = static_cast<T>(v);
+        const double rstd = 1.0 / std::sqrt(v + eps);
+        for (int64_t c = 0; c < g.cg; ++c) {
+          const int64_t q = (s % g.groups) * g.cg + c;
+          const double scale = rstd * value(pw, q, 1.0);
+          row_affine(xs + c * g.r, py + s * chunk + c * g.r, g.r, scale,
+                     value(pb, q, 0.0) - m * scale);
+        }
+      }
+    });
+  });
+}
+
 void channel_affine_kernel(const BatchGeom& g, const Tensor& x, const Tensor& scale,
                            const Tensor& shift, const Tensor& y) {
   visit_floating(x.dtype(), [&](auto tag) {

@@ -1,6 +1,6 @@
 #pragma once
-// Private kernels of batch normalization (norm.cpp, norm_backward.cpp): x is contiguous and seen
-// as [P, Q, R] = [N, C, spatial], one statistic per channel q over P rows of R elements.
+// Private kernels of the norms (norm.cpp, norm_backward.cpp, channel_affine.cpp). batch_norm sees
+// contiguous x as [P, Q, R] = [N, C, spatial], one statistic per channel q over P rows of R.
 // Statistics and gradient sums accumulate in double, per channel in a fixed order (rows in order,
 // a fixed lane split inside a row), so results never depend on the thread count.
 #include "kiln/core/tensor.h"
@@ -15,6 +15,16 @@ struct BatchGeom {
 // y = (x - mean) * rstd * weight + bias, with mean / var (biased) written per channel.
 // weight and bias may be undefined.
 void batch_norm_forward_kernel(const BatchGeom& g, double eps, const Tensor& x,
+                               const Tensor& weight, const Tensor& bias, const Tensor& y,
+                               const Tensor& mean, const Tensor& var);
+
+// layer_norm / group_norm: x is `chunks` contiguous chunks of cg channels of r elements, one
+// statistic per chunk; weight / bias (may be undefined) are indexed by channel
+// (chunk % groups) * cg + c. layer_norm is groups = 1, cg = the normalized size, r = 1.
+struct ChunkGeom {
+  int64_t chunks = 1, groups = 1, cg = 1, r = 1;
+};
+void chunk_norm_forward_kernel(const ChunkGeom& g, double eps, const Tensor& x,
                                const Tensor& weight, const Tensor& bias, const Tensor& y,
                                const Tensor& mean, const Tensor& var);
 
