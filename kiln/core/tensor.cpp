@@ -136,7 +136,12 @@ Tensor empty(Shape shape, TensorOptions options) {
            shape_str(shape));
   size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype);
   auto storage = std::make_shared<Storage>(nbytes, options.device);
-  Strides strides = contiguous_strides(shape);
+  if (options.memory_format == MemoryFormat::kChannelsLast && shape.size() != 4)
+    fail("empty", Loc::current(), "expected a shape of rank 4 for channels-last memory, but got {}",
+         shape_str(shape));
+  Strides strides = options.memory_format == MemoryFormat::kChannelsLast
+                        ? channels_last_strides(shape)
+                        : contiguous_strides(shape);
   Tensor t(std::make_shared<TensorImpl>(std::move(storage), std::move(shape), std::move(strides), 0,
                                         options.dtype));
   if (options.requires_grad) t.set_requires_grad(true);

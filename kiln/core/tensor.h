@@ -11,6 +11,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/memory_format.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/storage.h"
 
@@ -67,6 +68,7 @@ struct TensorOptions {
   DType dtype = DType::Float32;
   Device device = kCPU;
   bool requires_grad = false;
+  MemoryFormat memory_format = MemoryFormat::kContiguous;  // kChannelsLast needs rank 4
   TensorOptions& with_dtype(DType d) {
     dtype = d;
     return *this;
@@ -107,6 +109,8 @@ class Tensor {
   Device device() const { return checked().storage_->device(); }
   bool is_meta() const { return device().is_meta(); }
   bool is_contiguous() const;
+  // Note [channels-last] (memory_format.h).
+  bool is_channels_last() const { return kiln::is_channels_last(shape(), strides()); }
   bool is_view() const { return checked().is_view_; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(dtype()); }
   const std::shared_ptr<Storage>& storage() const { return checked().storage_; }
@@ -201,7 +205,8 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-// Allocates an uninitialized tensor with contiguous strides (no memory on meta).
+// Allocates an uninitialized tensor with contiguous strides, or channels-last ones when
+// options.memory_format asks (no memory on meta).
 Tensor empty(Shape shape, TensorOptions options = {});
 // A new tensor handle over the same storage with the given geometry (a view).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

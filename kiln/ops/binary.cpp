@@ -138,7 +138,7 @@ class BinaryOp final : public Op {
     if (dt == DType::Bool && (std::is_same_v<Fn, SubFn> || std::is_same_v<Fn, PowFn>))
       fail(name(), loc, "expected numeric tensors, but got {} and {} (use logical_xor for bool)",
            in[0].describe(), in[1].describe());
-    return {{shape, dt, in[0].device()}};
+    return {{shape, dt, in[0].device(), elementwise_format(in, shape)}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {

@@ -4,6 +4,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/norm_kernels.h"
 #include "kiln/ops/reduce.h"
@@ -36,10 +37,17 @@ class ChannelAffineOp final : public Op {
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
              i == 1 ? "scale" : "shift", x.size(1), dtype_name(x.dtype()), x.describe(),
              in[i].describe());
-    return {{x.shape(), x.dtype(), x.device()}};
+    return {{x.shape(), x.dtype(), x.device(), elementwise_format({x}, x.shape())}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    if (in[0].is_channels_last() && out[0].is_channels_last()) {
+      NoGradGuard no_grad;
+      const Tensor& x = in[0];
+      detail::channel_affine_last_kernel(x.numel() / std::max<int64_t>(x.size(1), 1), x.size(1), x,
+                                         contiguous(in[1]), contiguous(in[2]), out[0]);
+      return;
+    }
     std::vector<Tensor> c;
     {
       NoGradGuard no_grad;

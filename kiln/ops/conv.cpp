@@ -87,9 +87,15 @@ class Conv2dOp final : public Op {
     return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+  // The output's layout follows the primitive (Note [channels-last]).
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>& metas) const override {
     const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    detail::conv_forward_kernel(g, in[0], in[1], in.size() > 2 ? in[2] : Tensor(), out[0]);
+    const Tensor& x = in[0];
+    Tensor y = empty(metas[0].shape, {metas[0].dtype, metas[0].device, false,
+                                      detail::conv_output_format(g, x, in.size() > 2)});
+    detail::conv_forward_kernel(g, x, in[1], in.size() > 2 ? in[2] : Tensor(), y);
+    return {y};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {

@@ -248,9 +248,11 @@ void ref_backward_weights(const ConvGeometry& g, const double* x, const double* 
 // slower than its direct kernels, which want blocked layouts (nChw16c, OIhw16i16o, ...). So each
 // primitive is created with format_tag::any, oneDNN picks its layouts, and every operand whose
 // chosen layout differs from kiln's is reordered in (inputs) or out (the output) around the call,
-// as PyTorch's mkldnn path does. Primitives and reorders are cached by geometry. Keeping
-// activations blocked between consecutive convolutions, instead of reordering per op, is the
-// next step (DESIGN.md: a storage may hold a backend layout).
+// as PyTorch's mkldnn path does. Primitives and reorders are cached by geometry. Where the
+// chosen layout is NHWC (single-image inference), kiln holds the activations channels-last
+// instead, so neither the input nor the output is reordered (Note [channels-last]); blocked
+// layouts (nChw8c, chosen for larger batches) are not expressible as strides and are still
+// reordered per call.
 //
 // Note [conv determinism]: the forward and data-gradient primitives compute each output element
 // as one dot product. oneDNN's weight gradient may split the batch between threads and add the
@@ -269,12 +271,19 @@ struct ConvDescs {
   dnnl::memory::dims strides, dilates, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any) {
+// Which activations (the input-shaped one and the output-shaped one, whatever the pass) kiln
+// holds channels-last (Note [channels-last]) rather than contiguous.
+struct ActivationLayouts {
+  bool src_nhwc = false, dst_nhwc = false;
+};
+
+ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l = {}) {
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
+  const auto plain = [&](bool nhwc) { return any ? tag::any : nhwc ? tag::nhwc : tag::nchw; };
   ConvDescs d;
-  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, any ? tag::any : tag::nchw);
-  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, any ? tag::any : tag::nchw);
+  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, plain(l.src_nhwc));
+  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, plain(l.dst_nhwc));
   d.wei = g.groups == 1
               ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, any ? tag::any : tag::oihw)
               : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
@@ -318,8 +327,8 @@ Operand operand(int arg, const dnnl::memory::desc& plain, const dnnl::memory::de
   return o;
 }
 
-ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias) {
-  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false);
+ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts) {
+  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts);
   const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
@@ -441,19 +450,48 @@ BlockedCache& grad_output_cache() {
   return *cache;
 }
 
+// oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
+// part of the key.
+ConvEntry conv_entry(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts l) {
+  const std::string key =
+      fmt::format("{}|{}|{}|{}|{}{}", static_cast<int>(pass), g.key(), with_bias ? 1 : 0,
+                  get_num_threads(), l.src_nhwc ? 1 : 0, l.dst_nhwc ? 1 : 0);
+  return conv_cache().get_or_create(key, [&] { return build_conv(pass, g, with_bias, l); });
+}
+
+// A float32 activation oneDNN can read as it is: t itself when it is float32 and contiguous or
+// channels-last, else a copy in t's layout (channels-last stays channels-last).
+Tensor dense_activation(const Tensor& t) {
+  const bool last = t.is_channels_last();
+  if ((t.is_contiguous() || last) && t.dtype() == DType::Float32) return t;
+  Tensor out = empty(t.shape(), {DType::Float32, t.device(), false,
+                                 last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous});
+  copy_into(out, t);
+  return out;
+}
+
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
 // kernels below, `bias` the forward's bias (may be null).
 void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
                  const Tensor* bias, const Tensor& out) {
-  // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
-  // part of the key.
-  const std::string key = fmt::format("{}|{}|{}|{}", static_cast<int>(pass), g.key(),
-                                      bias != nullptr ? 1 : 0, get_num_threads());
-  ConvEntry e =
-      conv_cache().get_or_create(key, [&] { return build_conv(pass, g, bias != nullptr); });
-  const Tensor a32 = dense(a, DType::Float32), b32 = dense(b, DType::Float32);
+  // The activations among the operands: a and out always, b in the weight gradient.
+  const bool weights_pass = pass == Pass::kBackwardWeights;
+  const Tensor a32 = dense_activation(a);
+  const Tensor b32 = weights_pass ? dense_activation(b) : dense(b, DType::Float32);
+  ActivationLayouts layouts;
+  if (pass == Pass::kBackwardData) {
+    layouts = {out.is_channels_last(), a32.is_channels_last()};
+  } else {
+    layouts.src_nhwc = a32.is_channels_last();
+    layouts.dst_nhwc = weights_pass ? b32.is_channels_last() : out.is_channels_last();
+  }
+  ConvEntry e = conv_entry(pass, g, bias != nullptr, layouts);
   const bool direct = out.dtype() == DType::Float32;
-  const Tensor o32 = direct ? out : empty(out.shape(), {DType::Float32});
+  const Tensor o32 = direct
+                         ? out
+                         : empty(out.shape(), {DType::Float32, out.device(), false,
+                                               out.is_channels_last() ? MemoryFormat::kChannelsLast
+                                                                      : MemoryFormat::kContiguous});
   dnnl::engine& eng = dnnl_engine();
   dnnl::stream& s = dnnl_stream();
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
@@ -520,7 +558,23 @@ bool trivial(const Tensor& out, int64_t reduced) {
   return true;
 }
 
+// Note [conv inference kind].
+bool inference_pass(const ConvGeometry& g) {
+  return !GradMode::is_enabled() && g.n == 1;
+}
+
 }  // namespace
+
+MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias) {
+  // Channels-last outputs are limited to the no-grad single-image pass, whose brgemm kernels
+  // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
+  if (x.dim() != 4 || x.dtype() != DType::Float32 || !inference_pass(g) || g.n * g.o == 0 ||
+      g.oh * g.ow == 0 || g.c / g.groups == 0)
+    return MemoryFormat::kContiguous;
+  const ConvEntry e =
+      conv_entry(Pass::kInference, g, with_bias, {x.is_channels_last(), /*dst_nhwc=*/true});
+  return e.out.needs_reorder() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
+}
 
 void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& y) {
@@ -530,10 +584,8 @@ void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w
     return;
   }
   if (y.dtype() != DType::Float64) {
-    // Note [conv inference kind].
-    const bool inference = !GradMode::is_enabled() && g.n == 1;
-    onednn_conv(inference ? Pass::kInference : Pass::kForward, g, x, w, b.defined() ? &b : nullptr,
-                y);
+    onednn_conv(inference_pass(g) ? Pass::kInference : Pass::kForward, g, x, w,
+                b.defined() ? &b : nullptr, y);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), wd = dense(w, DType::Float64);

@@ -58,7 +58,12 @@ void check_weight(const char* op, const Tensor& w, const char* layout, const Ten
                                   const Conv2dOptions& o, const std::string& operands,
                                   const Loc& loc);
 
-// Kernels (outputs are contiguous and of the inputs' dtype; inputs may have any layout).
+// The layout conv_forward_kernel wants y in for input x (Note [channels-last]): channels-last
+// when the primitive that will run writes NHWC, so that no reorder follows it; else contiguous.
+MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias);
+
+// Kernels (outputs are contiguous or channels-last, of the inputs' dtype; inputs may have any
+// layout).
 // float32 runs oneDNN, float64 the reference loops, 16-bit floats oneDNN in float32.
 void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& y);

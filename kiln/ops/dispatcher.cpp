@@ -67,7 +67,8 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   bool meta = !inputs.empty() && inputs[0].is_meta();
   std::vector<Tensor> outputs;
   if (meta) {
-    for (const TensorMeta& m : metas) outputs.push_back(empty(m.shape, {m.dtype, kMeta}));
+    for (const TensorMeta& m : metas)
+      outputs.push_back(empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
   } else if (detail::profiling_active()) {
     detail::OpTimer timer(op->name());
     outputs = op->forward(inputs, metas);

@@ -10,6 +10,16 @@ Strides broadcast_strides(const Tensor& t, const Shape& out_shape) {
   return s;
 }
 
+MemoryFormat elementwise_format(const std::vector<Tensor>& inputs, const Shape& out_shape) {
+  bool any = false;
+  for (const Tensor& t : inputs) {
+    if (t.shape() != out_shape) continue;
+    if (!t.is_channels_last()) return MemoryFormat::kContiguous;
+    any = true;
+  }
+  return any ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
+}
+
 void copy_into(const Tensor& dst, const Tensor& src) {
   visit_dtype(dst.dtype(), [&](auto to) {
     using TO = typename decltype(to)::type;

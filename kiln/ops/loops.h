@@ -1,7 +1,9 @@
 #pragma once
 // Strided loops shared by the elementwise kernels: broadcasting, coalescing of dimensions,
 // a contiguous fast path the compiler vectorizes, and OpenMP over outer rows.
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include "kiln/core/parallel.h"
 #include "kiln/core/tensor.h"
@@ -12,6 +14,19 @@ namespace kiln {
 Strides broadcast_strides(const Tensor& t, const Shape& out_shape);
 
 inline constexpr int64_t kGrain = 32768;
+
+// The layout of an elementwise op's output of shape `out_shape` (Note [channels-last]):
+// channels-last when every input of that shape is channels-last (broadcast operands, such as a
+// per-channel scale, do not vote), contiguous otherwise.
+MemoryFormat elementwise_format(const std::vector<Tensor>& inputs, const Shape& out_shape);
+
+// True when a and out have the same shape and one dense layout (contiguous or channels-last), so
+// that their elements pair up at equal offsets from the start.
+inline bool same_dense_layout(const Tensor& a, const Tensor& out) {
+  if (a.shape() != out.shape()) return false;
+  if (a.is_contiguous() && out.is_contiguous()) return true;
+  return a.is_channels_last() && out.is_channels_last();
+}
 
 // Merges adjacent dims that are contiguous with respect to each other in every operand, so that the
 // inner loop is as long as possible. Returns the reduced shape and rewrites the strides.
@@ -41,9 +56,24 @@ Shape coalesce(const Shape& shape, std::array<Strides, N>& strides) {
 
 // Calls inner(offsets, count, inner_strides) for every innermost row of `shape`, where offsets are
 // element offsets of the row start in each operand. Rows are split across threads.
+// Operand 0 is the output: when its dims are not in decreasing stride order (a channels-last or
+// transposed output), the loop visits them in its memory order, so rows run along its unit
+// stride.
 template <size_t N, class F>
 void for_each_row(const Shape& full_shape, std::array<Strides, N> strides, F&& inner) {
-  Shape shape = coalesce(full_shape, strides);
+  Shape ordered = full_shape;
+  if (!std::is_sorted(strides[0].rbegin(), strides[0].rend())) {
+    std::vector<size_t> perm(full_shape.size());
+    for (size_t d = 0; d < perm.size(); ++d) perm[d] = d;
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](size_t x, size_t y) { return strides[0][x] > strides[0][y]; });
+    for (size_t d = 0; d < perm.size(); ++d) ordered[d] = full_shape[perm[d]];
+    for (Strides& st : strides) {
+      const Strides old = st;
+      for (size_t d = 0; d < perm.size(); ++d) st[d] = old[perm[d]];
+    }
+  }
+  Shape shape = coalesce(ordered, strides);
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t len = shape.back();
   int64_t rows = 1;
@@ -70,7 +100,7 @@ template <class TA, class TO, class F>
 void map_unary(const Tensor& a, const Tensor& out, F f) {
   const TA* pa = static_cast<const TA*>(a.raw_data());
   TO* po = static_cast<TO*>(out.raw_data());
-  if (a.is_contiguous() && out.is_contiguous() && a.shape() == out.shape()) {
+  if (same_dense_layout(a, out)) {
     parallel_for(0, out.numel(), kGrain, [&](int64_t b, int64_t e) {
     // Elements are independent (an output may alias its own input element, never another), so
     // the loop vectorizes; GCC would not without the pragma, fearing aliasing.
@@ -95,8 +125,7 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const TA* pa = static_cast<const TA*>(a.raw_data());
   const TB* pb = static_cast<const TB*>(b.raw_data());
   TO* po = static_cast<TO*>(out.raw_data());
-  const bool same = a.shape() == out.shape() && b.shape() == out.shape();
-  if (same && a.is_contiguous() && b.is_contiguous() && out.is_contiguous()) {
+  if (same_dense_layout(a, out) && same_dense_layout(b, out)) {
     parallel_for(0, out.numel(), kGrain, [&](int64_t s, int64_t e) {
 #pragma omp simd
       for (int64_t i = s; i < e; ++i)

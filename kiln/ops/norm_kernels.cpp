@@ -236,6 +236,37 @@ void channel_affine_kernel(const BatchGeom& g, const Tensor& x, const Tensor& sc
   });
 }
 
+void channel_affine_last_kernel(int64_t rows, int64_t channels, const Tensor& x,
+                                const Tensor& scale, const Tensor& shift, const Tensor& y) {
+  visit_floating(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T *px = ptr<T>(x), *ps = ptr<T>(scale), *pb = ptr<T>(shift);
+    T* py = mut<T>(y);
+    // The per-channel factors in the compute type, as row_affine rounds them.
+    std::vector<C> sc(static_cast<size_t>(channels)), sh(static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) {
+      sc[c] = static_cast<C>(value(ps, c, 1.0));
+      sh[c] = static_cast<C>(value(pb, c, 0.0));
+    }
+    const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(channels, 1));
+    parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        const T* xr = px + row * channels;
+        T* yr = py + row * channels;
+        int64_t c = 0;
+        if constexpr (std::is_same_v<T, float>) {
+          for (; c + 8 <= channels; c += 8)
+            _mm256_storeu_ps(
+                yr + c, _mm256_fmadd_ps(_mm256_loadu_ps(xr + c), _mm256_loadu_ps(sc.data() + c),
+                                        _mm256_loadu_ps(sh.data() + c)));
+        }
+        for (; c < channels; ++c) yr[c] = static_cast<T>(static_cast<C>(xr[c]) * sc[c] + sh[c]);
+      }
+    });
+  });
+}
+
 // With xhat = (x - mean) * rstd, gxhat = g * w, n elements per channel, and gm / gv the
 // gradients reaching the mean / var outputs:
 //   gx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat)) + gm / n + 2 gv (x - mean) / n

@@ -31,6 +31,10 @@ void chunk_norm_forward_kernel(const ChunkGeom& g, double eps, const Tensor& x,
 // y = x * scale[q] + shift[q] (batch_norm in evaluation mode), rows split across threads.
 void channel_affine_kernel(const BatchGeom& g, const Tensor& x, const Tensor& scale,
                            const Tensor& shift, const Tensor& y);
+// The same for channels-last x and y (Note [channels-last]): `rows` rows of `channels` elements,
+// the channel varying fastest. Each element is computed as channel_affine_kernel computes it.
+void channel_affine_last_kernel(int64_t rows, int64_t channels, const Tensor& x,
+                                const Tensor& scale, const Tensor& shift, const Tensor& y);
 
 // The first-order gradient of batch_norm in two passes over (grad_out, x). grad_mean / grad_var
 // are the gradients reaching the mean / var outputs (undefined: zero). Writes grad_input, and

@@ -6,7 +6,8 @@ std::vector<Tensor> Op::forward(const std::vector<Tensor>& inputs,
                                 const std::vector<TensorMeta>& metas) const {
   std::vector<Tensor> outputs;
   outputs.reserve(metas.size());
-  for (const TensorMeta& m : metas) outputs.push_back(empty(m.shape, {m.dtype, m.device}));
+  for (const TensorMeta& m : metas)
+    outputs.push_back(empty(m.shape, {m.dtype, m.device, false, m.memory_format}));
   kernel(inputs, outputs);
   return outputs;
 }

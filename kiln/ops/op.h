@@ -13,6 +13,8 @@ struct TensorMeta {
   Shape shape;
   DType dtype = DType::Float32;
   Device device = kCPU;
+  // The layout eager allocates the output in (Note [channels-last]); values never depend on it.
+  MemoryFormat memory_format = MemoryFormat::kContiguous;
 };
 
 struct VjpContext {

@@ -403,6 +403,16 @@ Tensor contiguous(const Tensor& x, const Loc& loc) {
   return x.is_contiguous() ? x : clone(x, loc);
 }
 
+Tensor contiguous(const Tensor& x, MemoryFormat format, const Loc& loc) {
+  if (format == MemoryFormat::kContiguous) return contiguous(x, loc);
+  if (x.dim() != 4)
+    fail("contiguous", loc,
+         "expected a tensor of rank 4 (N,C,H,W) for channels-last memory, but got {}",
+         x.describe());
+  if (x.is_channels_last()) return x;
+  return permute(contiguous(permute(x, {0, 2, 3, 1}, loc), loc), {0, 3, 1, 2}, loc);
+}
+
 Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc) {
   return x.dtype() == dtype ? x : call_op<ToDtypeOp>({x}, loc, dtype);
 }

@@ -34,6 +34,9 @@ Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1,
 Tensor clone(const Tensor& x, const Loc& loc = Loc::current());
 // Returns x itself when already contiguous, else clone(x).
 Tensor contiguous(const Tensor& x, const Loc& loc = Loc::current());
+// x laid out as `format` (Note [channels-last]): x itself (or a view of it) when it already is,
+// else a differentiable copy. kChannelsLast needs rank 4 [N, C, H, W].
+Tensor contiguous(const Tensor& x, MemoryFormat format, const Loc& loc = Loc::current());
 // Converts the dtype (differentiable between floating types); returns x when already dtype.
 Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc = Loc::current());
 // Shares storage, cuts history.

@@ -346,7 +346,7 @@ class UnaryOp final : public Op {
       fail(name(), loc, "expected a numeric tensor, but got {}", x.describe());
     }
     if (!is_floating(dt) && !Fn::kKeepsIntegers) dt = DType::Float32;
-    return {{x.shape(), dt, x.device()}};
+    return {{x.shape(), dt, x.device(), elementwise_format(in, x.shape())}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {

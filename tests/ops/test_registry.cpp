@@ -3,12 +3,14 @@
 // registering samples beside their definition; nothing here changes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
@@ -53,6 +55,63 @@ TEST_P(Registry, GradcheckFloat64) {
   EXPECT_TRUE(gradcheck(s.fn, s.inputs, options));
 }
 
+// Note [channels-last]: a layout changes which kernels run, never the values. Every sample runs
+// again with its rank-4 inputs laid out channels-last; outputs and first-order gradients (seeded
+// by the same random grad_outputs) must agree with the plain run.
+std::vector<Tensor> outputs_and_grads(const OpSample& s, std::vector<Tensor> in) {
+  std::vector<Tensor> leaves;
+  for (Tensor& t : in) {
+    t = t.detach();
+    if (s.check_grad && is_floating(t.dtype())) {
+      t.set_requires_grad(true);
+      leaves.push_back(t);
+    }
+  }
+  const std::vector<Tensor> outs = s.fn(in);
+  std::vector<Tensor> result, differentiable, seeds;
+  manual_seed(11);
+  for (const Tensor& o : outs) {
+    result.push_back(o.detach());
+    if (!o.requires_grad()) continue;
+    differentiable.push_back(o);
+    seeds.push_back(randn(o.shape(), {o.dtype()}));
+  }
+  if (differentiable.empty()) return result;
+  for (const Tensor& g : grad(differentiable, leaves, seeds, false, false, /*allow_unused=*/true))
+    result.push_back(g);
+  return result;
+}
+
+// True for a rank-4 tensor whose channels-last layout differs from the contiguous one.
+bool has_distinct_channels_last(const Tensor& t) {
+  return t.dim() == 4 && is_channels_last(t.shape(), channels_last_strides(t.shape()));
+}
+
+std::vector<Case> channels_last_cases() {
+  std::vector<Case> cases;
+  for (Case& c : all_cases())
+    if (std::any_of(c.sample.inputs.begin(), c.sample.inputs.end(), has_distinct_channels_last))
+      cases.push_back(std::move(c));
+  return cases;
+}
+
+class RegistryChannelsLast : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RegistryChannelsLast, InputsGiveTheSameResults) {
+  const OpSample& s = GetParam().sample;
+  std::vector<Tensor> last;
+  for (const Tensor& t : s.inputs)
+    last.push_back(has_distinct_channels_last(t) ? contiguous(t, MemoryFormat::kChannelsLast) : t);
+  const std::vector<Tensor> want = outputs_and_grads(s, s.inputs);
+  const std::vector<Tensor> got = outputs_and_grads(s, last);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("result " + std::to_string(i));
+    ASSERT_EQ(got[i].defined(), want[i].defined());
+    if (want[i].defined()) test::expect_allclose(got[i], want[i], 1e-12);
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.op + "_" + info.param.sample.label;
   for (char& c : name)
@@ -61,6 +120,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Registry, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, RegistryChannelsLast, ::testing::ValuesIn(channels_last_cases()),
+                         case_name);
 
 // Every op that runs while the samples run forward and backward must have samples of its own
 // (this catches ops used only inside gradients, such as slice_backward).
