@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kiln/core/error.h"
+#include "kiln/nn/conv_bn.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/pool.h"
 #include "kiln/ops/shape_ops.h"
@@ -48,8 +49,8 @@ SmallCnn::SmallCnn(int64_t in_channels, int64_t classes, int64_t image_size) : M
 }
 
 Tensor SmallCnn::forward(const Tensor& input) {
-  Tensor x = max_pool2d(relu((*bn1)((*conv1)(input))), 2);
-  x = max_pool2d(relu((*bn2)((*conv2)(x))), 2);
+  Tensor x = max_pool2d(conv_bn(*conv1, *bn1, input, Tensor(), true), 2);
+  x = max_pool2d(conv_bn(*conv2, *bn2, x, Tensor(), true), 2);
   x = relu((*fc1)(flatten(x, 1)));
   return (*fc2)(x);
 }
@@ -72,11 +73,17 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : Modu
 }
 
 Tensor BasicBlock::forward(const Tensor& input) {
-  Tensor out = relu((*bn1)((*conv1)(input)));
-  out = (*bn2)((*conv2)(out));
-  // An empty shortcut is the identity; skipping the call keeps it out of summary's rows.
-  Tensor skip = shortcut->size() == 0 ? input : (*shortcut)(input);
-  return relu(add(out, skip));
+  Tensor out = conv_bn(*conv1, *bn1, input, Tensor(), true);
+  // An empty shortcut is the identity; skipping the call keeps it out of summary's rows. The
+  // projection (conv, bn) goes through conv_bn too unless the Sequential itself is observed.
+  Tensor skip = input;
+  auto conv = shortcut->size() == 2 ? std::dynamic_pointer_cast<Conv2d>((*shortcut)[0]) : nullptr;
+  auto bn = shortcut->size() == 2 ? std::dynamic_pointer_cast<BatchNorm>((*shortcut)[1]) : nullptr;
+  if (conv && bn && !shortcut->has_forward_hooks())
+    skip = conv_bn(*conv, *bn, input);
+  else if (shortcut->size() != 0)
+    skip = (*shortcut)(input);
+  return conv_bn(*conv2, *bn2, out, skip, true);
 }
 
 ResNet::ResNet(std::vector<int64_t> blocks_per_stage, int64_t in_channels, int64_t classes)
@@ -102,7 +109,7 @@ ResNet::ResNet(std::vector<int64_t> blocks_per_stage, int64_t in_channels, int64
 }
 
 Tensor ResNet::forward(const Tensor& input) {
-  Tensor x = relu((*bn1)((*conv1)(input)));
+  Tensor x = conv_bn(*conv1, *bn1, input, Tensor(), true);
   x = (*layer4)((*layer3)((*layer2)((*layer1)(x))));
   x = flatten(adaptive_avg_pool2d(x, 1), 1);
   return (*linear)(x);

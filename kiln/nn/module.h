@@ -106,6 +106,7 @@ class Module {
   // Returns an id for remove_forward_hook.
   int64_t register_forward_hook(ForwardHook hook);
   void remove_forward_hook(int64_t id);
+  bool has_forward_hooks() const { return !hooks_.empty(); }
 
  protected:
   void add_module(const std::string& name, ModulePtr module, const Loc& loc);

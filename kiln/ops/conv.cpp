@@ -36,12 +36,8 @@ std::string Padding::str() const {
   return fmt::format("[{}, {}, {}, {}]", top, bottom, left, right);
 }
 
-namespace {
+namespace detail {
 
-using detail::ConvGeometry;
-using detail::short_desc;
-
-// All of conv2d's checks; returns the geometry of a valid call.
 ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tensor& w,
                                      const Tensor& b, const Conv2dOptions& o, const Loc& loc) {
   detail::check_conv_options(op, o, loc);
@@ -70,6 +66,13 @@ ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tens
   return *g;
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::ConvGeometry;
+using detail::short_desc;
+
 Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w) {
   return batched ? Shape{n, c, h, w} : Shape{c, h, w};
 }
@@ -82,8 +85,8 @@ class Conv2dOp final : public Op {
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
-    const ConvGeometry g =
-        checked_conv2d_geometry(name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
+    const ConvGeometry g = detail::checked_conv2d_geometry(
+        name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
     return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device()}};
   }
 

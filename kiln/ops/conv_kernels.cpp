@@ -11,8 +11,11 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/unary.h"
 
 namespace kiln {
 namespace detail {
@@ -271,10 +274,16 @@ struct ConvDescs {
   dnnl::memory::dims strides, dilates, pad_l, pad_r;
 };
 
-// Which activations (the input-shaped one and the output-shaped one, whatever the pass) kiln
-// holds channels-last (Note [channels-last]) rather than contiguous.
+// What shapes a primitive beyond the geometry: which activations (the input-shaped one and the
+// output-shaped one, whatever the pass) kiln holds channels-last (Note [channels-last]) rather
+// than contiguous, and the forward's fused epilogue (Note [conv epilogue]).
 struct ActivationLayouts {
   bool src_nhwc = false, dst_nhwc = false;
+  bool affine = false, sum = false, relu = false;
+  std::string key() const {
+    return fmt::format("{}{}{}{}{}", src_nhwc ? 1 : 0, dst_nhwc ? 1 : 0, affine ? 1 : 0,
+                       sum ? 1 : 0, relu ? 1 : 0);
+  }
 };
 
 ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l = {}) {
@@ -309,6 +318,9 @@ struct ConvEntry {
   dnnl::primitive primitive;
   Operand a, b, out;  // the pass's two inputs (in the kernels' order) and its output
   dnnl::memory::desc bias, scratch;
+  // oneDNN's reference implementation was the only one to accept the request (some post-op
+  // combinations), orders of magnitude slower than its jit kernels.
+  bool reference = false;
 };
 
 LruCache<ConvEntry>& conv_cache() {
@@ -332,7 +344,20 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, Activatio
   const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
-  const dnnl::primitive_attr attr = user_scratchpad_attr();
+  dnnl::primitive_attr attr = user_scratchpad_attr();
+  if (layouts.affine || layouts.sum || layouts.relu) {
+    // Note [conv epilogue]: y = relu(conv * scale + shift + y_before), in this order.
+    dnnl::post_ops po;
+    const dnnl::memory::desc per_channel({1, g.o, 1, 1}, dnnl::memory::data_type::f32,
+                                         dnnl::memory::format_tag::nchw);
+    if (layouts.affine) {
+      po.append_binary(dnnl::algorithm::binary_mul, per_channel);
+      po.append_binary(dnnl::algorithm::binary_add, per_channel);
+    }
+    if (layouts.sum) po.append_sum(1.0f);
+    if (layouts.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
   dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(pass == Pass::kInference ? dnnl::prop_kind::forward_inference
                                                                : dnnl::prop_kind::forward_training,
@@ -343,6 +368,7 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, Activatio
   e.bias = plain.bias;
   if (pass == Pass::kForward || pass == Pass::kInference) {
     e.primitive = dnnl::convolution_forward(fwd);
+    e.reference = std::string(fwd.impl_info_str()).starts_with("ref");
     e.scratch = fwd.scratchpad_desc();
     e.a = operand(DNNL_ARG_SRC, plain.src, fwd.src_desc(), false);
     e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, fwd.weights_desc(), false);
@@ -453,9 +479,8 @@ BlockedCache& grad_output_cache() {
 // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
 // part of the key.
 ConvEntry conv_entry(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts l) {
-  const std::string key =
-      fmt::format("{}|{}|{}|{}|{}{}", static_cast<int>(pass), g.key(), with_bias ? 1 : 0,
-                  get_num_threads(), l.src_nhwc ? 1 : 0, l.dst_nhwc ? 1 : 0);
+  const std::string key = fmt::format("{}|{}|{}|{}|{}", static_cast<int>(pass), g.key(),
+                                      with_bias ? 1 : 0, get_num_threads(), l.key());
   return conv_cache().get_or_create(key, [&] { return build_conv(pass, g, with_bias, l); });
 }
 
@@ -471,9 +496,9 @@ Tensor dense_activation(const Tensor& t) {
 }
 
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
-// kernels below, `bias` the forward's bias (may be null).
+// kernels below, `bias` the forward's bias (may be null), `ep` a forward's epilogue (may be null).
 void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
-                 const Tensor* bias, const Tensor& out) {
+                 const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr) {
   // The activations among the operands: a and out always, b in the weight gradient.
   const bool weights_pass = pass == Pass::kBackwardWeights;
   const Tensor a32 = dense_activation(a);
@@ -484,6 +509,11 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   } else {
     layouts.src_nhwc = a32.is_channels_last();
     layouts.dst_nhwc = weights_pass ? b32.is_channels_last() : out.is_channels_last();
+  }
+  if (ep != nullptr) {
+    layouts.affine = ep->scale.defined();
+    layouts.sum = ep->residual.defined();
+    layouts.relu = ep->relu;
   }
   ConvEntry e = conv_entry(pass, g, bias != nullptr, layouts);
   const bool direct = out.dtype() == DType::Float32;
@@ -531,6 +561,23 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   } else {
     args[e.out.arg] = out_plain;
   }
+  Tensor scale32, shift32;
+  if (layouts.affine) {
+    scale32 = dense(ep->scale, DType::Float32);
+    shift32 = dense(ep->shift, DType::Float32);
+    const dnnl::memory::desc per_channel({1, g.o, 1, 1}, dnnl::memory::data_type::f32,
+                                         dnnl::memory::format_tag::nchw);
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
+        dnnl::memory(per_channel, eng, scale32.raw_data());
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] =
+        dnnl::memory(per_channel, eng, shift32.raw_data());
+  }
+  if (layouts.sum) {
+    // The sum post-op adds what the destination holds before the call.
+    copy_into(o32, ep->residual);
+    if (e.out.needs_reorder())
+      dnnl::reorder(out_plain, args[e.out.arg]).execute(s, out_plain, args[e.out.arg]);
+  }
   Tensor bias32;
   if (bias != nullptr) {
     bias32 = dense(*bias, DType::Float32);
@@ -565,14 +612,20 @@ bool inference_pass(const ConvGeometry& g) {
 
 }  // namespace
 
-MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias) {
+MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
+                                const ConvEpilogue* ep) {
   // Channels-last outputs are limited to the no-grad single-image pass, whose brgemm kernels
   // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
   if (x.dim() != 4 || x.dtype() != DType::Float32 || !inference_pass(g) || g.n * g.o == 0 ||
       g.oh * g.ow == 0 || g.c / g.groups == 0)
     return MemoryFormat::kContiguous;
-  const ConvEntry e =
-      conv_entry(Pass::kInference, g, with_bias, {x.is_channels_last(), /*dst_nhwc=*/true});
+  ActivationLayouts l{x.is_channels_last(), /*dst_nhwc=*/true};
+  if (ep != nullptr) {
+    l.affine = ep->scale.defined();
+    l.sum = ep->residual.defined();
+    l.relu = ep->relu;
+  }
+  const ConvEntry e = conv_entry(Pass::kInference, g, with_bias, l);
   return e.out.needs_reorder() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
 }
 
@@ -592,6 +645,36 @@ void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w
   const Tensor bd = b.defined() ? dense(b, DType::Float64) : Tensor();
   ref_forward(g, f64(xd), f64(wd), bd.defined() ? f64(bd) : nullptr,
               static_cast<double*>(y.raw_data()));
+}
+
+ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep) {
+  // Only the brgemm kernels of the single-image pass (Note [conv inference kind]) gain: oneDNN
+  // 2.6's direct jit kernels (larger batches) ran ResNet-18 at batch 64 ~30% slower with the
+  // per-channel binary post-ops than without (kiln_profile --workload resnet18-infer --batch 64),
+  // and fall back to the reference implementation for binary and sum post-ops together.
+  if (x.dtype() != DType::Float32 || !inference_pass(g) || g.c / g.groups == 0 ||
+      g.n * g.o * g.oh * g.ow == 0)
+    return {};
+  ActivationLayouts l{x.is_channels_last(), false, ep.scale.defined(), ep.residual.defined(),
+                      ep.relu};
+  return conv_entry(Pass::kInference, g, false, l).reference ? ConvEpilogue{} : ep;
+}
+
+void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                  const ConvEpilogue& ep, const Tensor& y) {
+  if (y.numel() == 0) return;
+  // The part oneDNN applies inside the kernel, if any; the rest follows as the composition.
+  const ConvEpilogue done = fusable_epilogue(g, x, ep);
+  if (done.scale.defined() || done.residual.defined() || done.relu)
+    onednn_conv(Pass::kInference, g, x, w, nullptr, y, &done);
+  else
+    conv_forward_kernel(g, x, w, Tensor(), y);
+  NoGradGuard no_grad;
+  Tensor t = y;
+  if (ep.scale.defined() && !done.scale.defined()) t = channel_affine(t, ep.scale, ep.shift);
+  if (ep.residual.defined() && !done.residual.defined()) t = add(t, ep.residual);
+  if (ep.relu && !done.relu) t = relu(t);
+  if (!t.is_same(y)) copy_into(y, t);
 }
 
 void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Tensor& w,

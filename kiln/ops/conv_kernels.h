@@ -58,15 +58,40 @@ void check_weight(const char* op, const Tensor& w, const char* layout, const Ten
                                   const Conv2dOptions& o, const std::string& operands,
                                   const Loc& loc);
 
-// The layout conv_forward_kernel wants y in for input x (Note [channels-last]): channels-last
-// when the primitive that will run writes NHWC, so that no reorder follows it; else contiguous.
-MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias);
+// All of conv2d's checks on input x, weight w and bias b (may be undefined); returns the
+// geometry of a valid call.
+ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tensor& w,
+                                     const Tensor& b, const Conv2dOptions& o, const Loc& loc);
+
+// Note [conv epilogue]: what conv2d_affine fuses after a forward convolution,
+// y = relu?(conv(x, w) * scale[o] + shift[o] + residual). On float32, oneDNN post-ops (binary
+// mul and add per channel, sum, eltwise relu) apply it to each output tile while it is still in
+// registers, so the convolution's output is written once instead of being read and written again
+// by channel_affine, add and relu.
+struct ConvEpilogue {
+  Tensor scale, shift;  // [O] each, or both undefined
+  Tensor residual;      // the output's shape, or undefined
+  bool relu = false;
+};
+
+// The part of ep that oneDNN runs inside the convolution's kernel: all of it for float32
+// single-image inference (unless only oneDNN's reference implementation would accept it), else
+// nothing. conv_epilogue_forward_kernel applies the rest after the convolution.
+ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep);
+
+// The layout conv_forward_kernel (or, with ep, conv_epilogue_forward_kernel) wants y in for input
+// x (Note [channels-last]): channels-last when the primitive that will run writes NHWC, so that
+// no reorder follows it; else contiguous.
+MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
+                                const ConvEpilogue* ep = nullptr);
 
 // Kernels (outputs are contiguous or channels-last, of the inputs' dtype; inputs may have any
 // layout).
 // float32 runs oneDNN, float64 the reference loops, 16-bit floats oneDNN in float32.
 void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& y);
+void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                  const ConvEpilogue& ep, const Tensor& y);
 void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Tensor& w,
                                const Tensor& gx);
 void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& gy,

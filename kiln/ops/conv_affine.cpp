@@ -1,0 +1,137 @@
+// conv2d_affine: a convolution with its inference epilogue fused (Note [conv epilogue]), the
+// shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks.
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+namespace {
+
+using detail::ConvGeometry;
+using detail::short_desc;
+
+// Inputs: x, weight, scale, shift[, residual].
+class Conv2dAffineOp final : public Op {
+ public:
+  Conv2dAffineOp(Conv2dOptions options, bool relu) : options_(std::move(options)), relu_(relu) {}
+  const char* name() const override { return "conv2d_affine"; }
+  nlohmann::json attrs() const override {
+    nlohmann::json a = detail::conv_attrs(options_);
+    a["relu"] = relu_;
+    return a;
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor& x = in[0];
+    if (x.dim() != 4)
+      fail(name(), loc, "expected input of rank 4 (N,C,H,W), but got {}", x.describe());
+    const ConvGeometry g =
+        detail::checked_conv2d_geometry(name(), x, in[1], Tensor(), options_, loc);
+    for (size_t i = 2; i < 4; ++i)
+      if (in[i].shape() != Shape{g.o} || in[i].dtype() != x.dtype())
+        fail(name(), loc, "expected {} of shape [{}] and dtype {} (weight {}), but got {}",
+             i == 2 ? "scale" : "shift", g.o, dtype_name(x.dtype()), short_desc(in[1]),
+             in[i].describe());
+    const Shape out{g.n, g.o, g.oh, g.ow};
+    if (in.size() > 4 && (in[4].shape() != out || in[4].dtype() != x.dtype()))
+      fail(name(), loc, "expected residual of shape {} and dtype {} (the output's), but got {}",
+           shape_str(out), dtype_name(x.dtype()), in[4].describe());
+    return {{out, x.dtype(), x.device()}};
+  }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>& metas) const override {
+    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
+    detail::ConvEpilogue ep{in[2], in[3], in.size() > 4 ? in[4] : Tensor(), relu_};
+    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, in[0], ep);
+    Tensor y = empty(metas[0].shape, {metas[0].dtype, metas[0].device, false,
+                                      detail::conv_output_format(g, in[0], false, &fused)});
+    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep, y);
+    return {y};
+  }
+
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return detail::conv_flops(out[0], in[1]);
+  }
+
+  // conv2d_affine() records the composition instead whenever a gradient is needed.
+  bool differentiable() const override { return false; }
+
+ private:
+  Conv2dOptions options_;
+  bool relu_;
+};
+
+// The definition, in public ops: differentiable, and what the fused op must equal.
+Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& shift,
+                const Tensor& residual, bool relu_after, const Conv2dOptions& o, const Loc& loc) {
+  Tensor y = channel_affine(conv2d(x, weight, Tensor(), o, loc), scale, shift, loc);
+  if (residual.defined()) y = add(y, residual, loc);
+  return relu_after ? relu(y, loc) : y;
+}
+
+}  // namespace
+
+Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& scale,
+                     const Tensor& shift, const Tensor& residual, bool relu_after,
+                     const Conv2dOptions& options, const Loc& loc) {
+  std::vector<Tensor> in{input, weight, scale, shift};
+  if (residual.defined()) in.push_back(residual);
+  Conv2dAffineOp(options, relu_after).infer(in, loc);  // the fused op's checks and errors
+  bool recording = false;
+  if (GradMode::is_enabled())
+    for (const Tensor& t : in) recording = recording || (t.defined() && t.requires_grad());
+  // The fused op only where oneDNN fuses the epilogue into the kernel; elsewhere (a gradient
+  // being recorded, larger batches, other dtypes, meta) the composition is as fast and exact.
+  bool fuses = false;
+  if (!recording && !input.is_meta()) {
+    const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);
+    const detail::ConvEpilogue e =
+        detail::fusable_epilogue(g, input, {scale, shift, residual, relu_after});
+    fuses = e.scale.defined() || e.residual.defined() || e.relu;
+  }
+  if (!fuses) return composed(input, weight, scale, shift, residual, relu_after, options, loc);
+  return call_op<Conv2dAffineOp>(in, loc, options, relu_after);
+}
+
+namespace {
+
+std::vector<OpSample> conv2d_affine_samples() {
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  auto fn = [](Conv2dOptions o, bool relu_after) {
+    return [o, relu_after](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{conv2d_affine(in[0], in[1], in[2], in[3],
+                                               in.size() > 4 ? in[4] : Tensor(), relu_after, o)};
+    };
+  };
+  const std::string affine = " * a2.view(1, -1, 1, 1) + a3.view(1, -1, 1, 1)";
+  std::vector<OpSample> s{
+      {"affine_relu",
+       {t({2, 3, 5, 5}, 401), t({4, 3, 3, 3}, 402), t({4}, 403), t({4}, 404)},
+       fn({.padding = 1}, true),
+       "torch.relu(F.conv2d(a0, a1, padding=1)" + affine + ")"},
+      {"residual_relu_stride2",
+       {t({1, 4, 6, 7}, 405), t({6, 4, 3, 3}, 406), t({6}, 407), t({6}, 408), t({1, 6, 3, 4}, 409)},
+       fn({.stride = 2, .padding = 1}, true),
+       "torch.relu(F.conv2d(a0, a1, stride=2, padding=1)" + affine + " + a4)"},
+      {"affine_only_1x1",
+       {t({2, 4, 3, 3}, 410), t({5, 4, 1, 1}, 411), t({5}, 412), t({5}, 413)},
+       fn({}, false),
+       "F.conv2d(a0, a1)" + affine},
+  };
+  // Not differentiable itself: conv2d_affine records the composition when a gradient is needed.
+  for (OpSample& sample : s) sample.check_grad = false;
+  return s;
+}
+
+KILN_REGISTER_OP_SAMPLES("conv2d_affine", conv2d_affine_samples);
+
+}  // namespace
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+// conv2d_affine (Note [conv epilogue]): the fused kernel against its composition, the gradient
+// path, and bad inputs. PyTorch parity runs from the op's registry samples.
+#include <gtest/gtest.h>
+
+#include "kiln/autograd/engine.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+#include "tests/support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_allclose;
+using test::expect_error;
+
+Tensor composed(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor& shift,
+                const Tensor& residual, bool relu_after, const Conv2dOptions& o) {
+  Tensor y = channel_affine(conv2d(x, w, Tensor(), o), scale, shift);
+  if (residual.defined()) y = add(y, residual);
+  return relu_after ? relu(y) : y;
+}
+
+struct Config {
+  const char* label;
+  Shape x, w;
+  Conv2dOptions options;
+  bool residual, relu, channels_last_input;
+};
+
+TEST(Conv2dAffine, FusedFloat32MatchesTheComposition) {
+  const std::vector<Config> configs{
+      {"b1 3x3 residual relu", {1, 16, 8, 8}, {16, 16, 3, 3}, {.padding = 1}, true, true, false},
+      {"b1 channels-last input", {1, 16, 8, 8}, {32, 16, 3, 3}, {.padding = 1}, true, true, true},
+      {"b1 stride 2 affine only",
+       {1, 8, 9, 9},
+       {16, 8, 3, 3},
+       {.stride = 2, .padding = 1},
+       false,
+       false,
+       false},
+      {"b4 blocked layouts residual",
+       {4, 16, 8, 8},
+       {16, 16, 3, 3},
+       {.padding = 1},
+       true,
+       true,
+       false},
+      {"b3 1x1 relu", {3, 8, 5, 5}, {24, 8, 1, 1}, {}, false, true, false},
+      {"b2 groups", {2, 8, 6, 6}, {8, 4, 3, 3}, {.padding = 1, .groups = 2}, true, false, false},
+  };
+  for (const Config& c : configs) {
+    SCOPED_TRACE(c.label);
+    manual_seed(21);
+    Tensor x = randn(c.x), w = mul(randn(c.w), 0.2);
+    if (c.channels_last_input) x = contiguous(x, MemoryFormat::kChannelsLast);
+    Tensor scale = add(rand({c.w[0]}), 0.5), shift = randn({c.w[0]});
+    NoGradGuard no_grad;
+    Tensor plain = conv2d(x, w, Tensor(), c.options);
+    Tensor residual = c.residual ? randn(plain.shape()) : Tensor();
+    Tensor got = conv2d_affine(x, w, scale, shift, residual, c.relu, c.options);
+    Tensor want = composed(x, w, scale, shift, residual, c.relu, c.options);
+    expect_allclose(got, want, 1e-5);
+    // The fused output takes the layout the plain convolution would.
+    EXPECT_EQ(got.is_channels_last(), plain.is_channels_last());
+    // A channels-last residual is read as well as a contiguous one.
+    if (c.residual && c.x[0] == 1) {
+      Tensor last = contiguous(residual, MemoryFormat::kChannelsLast);
+      expect_allclose(conv2d_affine(x, w, scale, shift, last, c.relu, c.options), want, 1e-5);
+    }
+  }
+}
+
+TEST(Conv2dAffine, OtherDtypesRunTheComposition) {
+  for (DType dt : {DType::Float64, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(22);
+    Tensor x = randn({2, 4, 6, 6}, {dt}), w = randn({6, 4, 3, 3}, {dt});
+    Tensor scale = randn({6}, {dt}), shift = randn({6}, {dt}), residual = randn({2, 6, 6, 6}, {dt});
+    NoGradGuard no_grad;
+    const Conv2dOptions o{.padding = 1};
+    Tensor got = conv2d_affine(x, w, scale, shift, residual, true, o);
+    EXPECT_EQ(got.dtype(), dt);
+    expect_allclose(got, composed(x, w, scale, shift, residual, true, o), 0.0);
+  }
+}
+
+TEST(Conv2dAffine, GradientsFlowThroughTheComposition) {
+  manual_seed(23);
+  Tensor x = randn({2, 3, 5, 5}, {DType::Float64}), w = randn({4, 3, 3, 3}, {DType::Float64});
+  Tensor scale = randn({4}, {DType::Float64}), shift = randn({4}, {DType::Float64});
+  Tensor residual = randn({2, 4, 5, 5}, {DType::Float64});
+  for (Tensor* t : {&x, &w, &scale, &shift, &residual}) t->set_requires_grad(true);
+  const Conv2dOptions o{.padding = 1};
+  Tensor y = conv2d_affine(x, w, scale, shift, residual, true, o);
+  ASSERT_TRUE(y.requires_grad());
+  Tensor seed = randn({2, 4, 5, 5}, {DType::Float64});
+  std::vector<Tensor> inputs{x, w, scale, shift, residual};
+  std::vector<Tensor> got = grad({y}, inputs, {seed});
+  std::vector<Tensor> want =
+      grad({composed(x, w, scale, shift, residual, true, o)}, inputs, {seed});
+  for (size_t i = 0; i < got.size(); ++i) expect_allclose(got[i], want[i], 0.0);
+}
+
+TEST(Conv2dAffine, Errors) {
+  Tensor x = ones({1, 3, 5, 5}), w = ones({4, 3, 3, 3}), s = ones({4});
+  expect_error(
+      [&] {
+        conv2d_affine(ones({3, 5, 5}), w, s, s);
+      },
+      {"[conv2d_affine]", "rank 4", "[3, 5, 5]", "test_conv_affine.cpp"});
+  expect_error([&] { conv2d_affine(x, w, ones({3}), s); },
+               {"[conv2d_affine]", "scale", "[4]", "float32[3]"});
+  expect_error([&] { conv2d_affine(x, w, s, ones({4}, {DType::Float64})); },
+               {"[conv2d_affine]", "shift", "float64[4]"});
+  expect_error(
+      [&] {
+        conv2d_affine(x, w, s, s, ones({1, 4, 5, 5}));
+      },
+      {"[conv2d_affine]", "residual", "[1, 4, 3, 3]", "[1, 4, 5, 5]"});
+  expect_error(
+      [&] {
+        conv2d_affine(ones({1, 2, 5, 5}), w, s, s);
+      },
+      {"[conv2d_affine]", "3 channels", "float32[1, 2, 5, 5]"});
+  // The same checks when a gradient is being recorded (the composition runs then).
+  Tensor wg = ones({4, 3, 3, 3});
+  wg.set_requires_grad(true);
+  expect_error(
+      [&] {
+        conv2d_affine(x, wg, s, s, ones({1, 4, 5, 5}));
+      },
+      {"[conv2d_affine]", "residual"});
+}
+
+}  // namespace
+}  // namespace kiln
