@@ -114,7 +114,9 @@ void row_affine(const T* x, T* y, int64_t n, double scale, double shift) {
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), a, b));
   }
-  for (; i < n; ++i) y[i] = static_cast<T>(static_cast<C>(x[i]) * sc + sh);
+  // std::fma, as the vector loop: the same rounding for every element and every build (an
+  // unoptimized build would not contract x * sc + sh into one instruction).
+  for (; i < n; ++i) y[i] = static_cast<T>(std::fma(static_cast<C>(x[i]), sc, sh));
 }
 
 // gx = g * alpha + (x - mean) * beta + c0 over one row, in the compute type.
@@ -261,7 +263,8 @@ void channel_affine_last_kernel(int64_t rows, int64_t channels, const Tensor& x,
                 yr + c, _mm256_fmadd_ps(_mm256_loadu_ps(xr + c), _mm256_loadu_ps(sc.data() + c),
                                         _mm256_loadu_ps(sh.data() + c)));
         }
-        for (; c < channels; ++c) yr[c] = static_cast<T>(static_cast<C>(xr[c]) * sc[c] + sh[c]);
+        for (; c < channels; ++c)
+          yr[c] = static_cast<T>(std::fma(static_cast<C>(xr[c]), sc[c], sh[c]));
       }
     });
   });
