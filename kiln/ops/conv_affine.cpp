@@ -52,7 +52,7 @@ class Conv2dAffineOp final : public Op {
     const detail::ConvEpilogue fused = detail::fusable_epilogue(g, in[0], ep);
     Tensor y = empty(metas[0].shape, {metas[0].dtype, metas[0].device, false,
                                       detail::conv_output_format(g, in[0], false, &fused)});
-    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep, y);
+    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep, fused, y);
     return {y};
   }
 

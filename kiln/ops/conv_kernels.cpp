@@ -661,10 +661,9 @@ ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const Conv
 }
 
 void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const ConvEpilogue& ep, const Tensor& y) {
+                                  const ConvEpilogue& ep, const ConvEpilogue& done,
+                                  const Tensor& y) {
   if (y.numel() == 0) return;
-  // The part oneDNN applies inside the kernel, if any; the rest follows as the composition.
-  const ConvEpilogue done = fusable_epilogue(g, x, ep);
   if (done.scale.defined() || done.residual.defined() || done.relu)
     onednn_conv(Pass::kInference, g, x, w, nullptr, y, &done);
   else

@@ -90,8 +90,11 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
 // float32 runs oneDNN, float64 the reference loops, 16-bit floats oneDNN in float32.
 void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& y);
+// `done` is fusable_epilogue(g, x, ep), which the caller has already looked up for the output's
+// layout: oneDNN applies it inside the kernel, the rest of ep follows as the composition.
 void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const ConvEpilogue& ep, const Tensor& y);
+                                  const ConvEpilogue& ep, const ConvEpilogue& done,
+                                  const Tensor& y);
 void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Tensor& w,
                                const Tensor& gx);
 void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& gy,
