@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
@@ -48,6 +50,28 @@ std::string human_bytes(double bytes) {
     ++unit;
   }
   return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+// Note [huge pages]: a segment of at least 2 MiB starts on a 2 MiB boundary and is advised
+// MADV_HUGEPAGE, so Linux (with transparent huge pages in "madvise" or "always" mode, Debian's
+// default being madvise) backs it with 2 MiB pages. Weights and activations are streamed through
+// once per op; with 4 KiB pages, ResNet-18's 45 MB of weights span 11,000 pages, far more than the
+// TLB holds, and every page of every weight missed it. Measured (kiln_profile --workload
+// resnet18-infer --batch 1, 8 alternating pairs): 7.43 -> 6.62 ms per image. KILN_HUGE_PAGES=0
+// turns it off. Sizes and statistics are unchanged.
+void* system_alloc(size_t size) {
+  constexpr size_t kHugePage = size_t(2) << 20;
+  static const bool huge = [] {
+    const char* v = std::getenv("KILN_HUGE_PAGES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!huge || size < kHugePage) return std::aligned_alloc(CachingAllocator::kAlignment, size);
+  void* ptr = nullptr;
+  if (posix_memalign(&ptr, kHugePage, size) != 0) return nullptr;
+#ifdef MADV_HUGEPAGE
+  madvise(ptr, size, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
+#endif
+  return ptr;
 }
 
 }  // namespace
@@ -133,11 +157,11 @@ struct CachingAllocator::Impl {
     };
     if (!fits()) release_free_segments();
     if (!fits()) throw_oom(nbytes, segment_size, /*hit_limit=*/true);
-    void* ptr = std::aligned_alloc(kAlignment, segment_size);
+    void* ptr = system_alloc(segment_size);
     if (!ptr) {
       // Cached segments the system could hand back to us are worth one more try.
       release_free_segments();
-      ptr = std::aligned_alloc(kAlignment, segment_size);
+      ptr = system_alloc(segment_size);
     }
     if (!ptr) throw_oom(nbytes, segment_size, /*hit_limit=*/false);
     stats_.reserved_bytes += static_cast<int64_t>(segment_size);

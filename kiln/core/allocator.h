@@ -36,7 +36,8 @@ class OutOfMemoryError : public Error {
 // live in segments obtained from the system: small requests (<= 1 MiB) share 2 MiB segments, larger
 // ones get a segment of their rounded size. Freed blocks merge with free neighbours in the same
 // segment. Memory returns to the system on empty_cache() and when a limit or the system refuses a
-// new segment (whole free segments only).
+// new segment (whole free segments only). Segments of 2 MiB and more use huge pages (Note [huge
+// pages] in allocator.cpp).
 class CachingAllocator {
  public:
   static constexpr size_t kBlockRound = 512;

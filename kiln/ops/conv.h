@@ -71,10 +71,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 // shift [O] per output channel and residual (may be undefined) of the output's shape: a
 // convolution followed by batch_norm in evaluation mode (scale = weight / sqrt(running_var +
 // eps), shift = bias - running_mean * scale), the residual add and relu of a ResNet block. input
-// must be rank 4. Without gradients it runs as one fused kernel (on float32, oneDNN post-ops, which
-// round once per step rather than with one fused multiply-add: results agree with the
-// composition within 1e-5 relative, as tested); when an input requires grad, the composition of
-// conv2d, channel_affine, add and relu runs instead, so gradients are exact.
+// must be rank 4. Without gradients it runs as one fused kernel (on float32: the scale folded into
+// the weights, the shift as bias, oneDNN post-ops for the rest; the rounding differs from the
+// composition's, results agree within 1e-5 relative, as tested); when an input requires grad, the
+// composition of conv2d, channel_affine, add and relu runs instead, so gradients are exact.
 Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& scale,
                      const Tensor& shift, const Tensor& residual = Tensor(), bool relu = false,
                      const Conv2dOptions& options = {}, const Loc& loc = Loc::current());

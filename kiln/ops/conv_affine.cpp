@@ -88,7 +88,7 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
   if (GradMode::is_enabled())
     for (const Tensor& t : in) recording = recording || (t.defined() && t.requires_grad());
   // The fused op only where oneDNN fuses the epilogue into the kernel; elsewhere (a gradient
-  // being recorded, larger batches, other dtypes, meta) the composition is as fast and exact.
+  // being recorded, dtypes other than float32, meta) the composition is as fast and exact.
   bool fuses = false;
   if (!recording && !input.is_meta()) {
     const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);

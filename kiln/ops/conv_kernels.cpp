@@ -15,6 +15,7 @@
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 
 namespace kiln {
@@ -279,10 +280,9 @@ struct ConvDescs {
 // than contiguous, and the forward's fused epilogue (Note [conv epilogue]).
 struct ActivationLayouts {
   bool src_nhwc = false, dst_nhwc = false;
-  bool affine = false, sum = false, relu = false;
+  bool sum = false, relu = false;
   std::string key() const {
-    return fmt::format("{}{}{}{}{}", src_nhwc ? 1 : 0, dst_nhwc ? 1 : 0, affine ? 1 : 0,
-                       sum ? 1 : 0, relu ? 1 : 0);
+    return fmt::format("{}{}{}{}", src_nhwc ? 1 : 0, dst_nhwc ? 1 : 0, sum ? 1 : 0, relu ? 1 : 0);
   }
 };
 
@@ -345,15 +345,10 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, Activatio
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
   dnnl::primitive_attr attr = user_scratchpad_attr();
-  if (layouts.affine || layouts.sum || layouts.relu) {
-    // Note [conv epilogue]: y = relu(conv * scale + shift + y_before), in this order.
+  if (layouts.sum || layouts.relu) {
+    // Note [conv epilogue]: y = relu(conv(x, w * scale) + shift + y_before), in this order (the
+    // shift is the bias).
     dnnl::post_ops po;
-    const dnnl::memory::desc per_channel({1, g.o, 1, 1}, dnnl::memory::data_type::f32,
-                                         dnnl::memory::format_tag::nchw);
-    if (layouts.affine) {
-      po.append_binary(dnnl::algorithm::binary_mul, per_channel);
-      po.append_binary(dnnl::algorithm::binary_add, per_channel);
-    }
     if (layouts.sum) po.append_sum(1.0f);
     if (layouts.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
@@ -402,6 +397,29 @@ Tensor scratch(const dnnl::memory::desc& desc) {
   return empty({static_cast<int64_t>((desc.get_size() + 3) / 4)}, {DType::Float32});
 }
 
+// Weight w (dense float32 [O, ...]), times fold[o] per output channel when fold is given, in
+// operand op's chosen layout: w itself when nothing is to be done.
+Tensor fold_and_block(const Tensor& w, const Tensor* fold, const Operand& op) {
+  Tensor src = w;
+  if (fold != nullptr) {
+    NoGradGuard no_grad;
+    src = mul(w, reshape(*fold, {w.size(0), 1, 1, 1}));
+  }
+  if (!op.needs_reorder()) return src;
+  Tensor blocked = scratch(op.chosen);
+  dnnl::engine& eng = dnnl_engine();
+  dnnl::memory plain(op.plain, eng, src.raw_data()), out(op.chosen, eng, blocked.raw_data());
+  op.reorder.execute(dnnl_stream(), plain, out);
+  dnnl_stream().wait();
+  return blocked;
+}
+
+std::vector<float> values(const Tensor* fold) {
+  if (fold == nullptr) return {};
+  const auto* f = static_cast<const float*>(fold->raw_data());
+  return {f, f + fold->numel()};
+}
+
 // Note [conv weight cache]: reordering the weights into the primitive's blocked layout reads and
 // writes every weight on every call; for ResNet-18 at batch 1 that is most of the forward. When
 // no gradient is being recorded (inference, evaluation), the blocked copy of a float32 weight is
@@ -411,31 +429,50 @@ Tensor scratch(const dnnl::memory::desc& desc) {
 // misses; code writing a weight through raw_data() must bump the version itself. Training passes
 // never use it: their weights change every step, and the copies would only add memory.
 //
+// A folded weight (Note [conv epilogue]) is cached the same way; the per-channel scale it was
+// multiplied by is part of the key, compared by value, since callers compute it afresh per call.
+//
 // The same kind of cache, two entries deep, serves a convolution's backward: the data and weight
 // gradients both read grad_output in the same blocked layout, so the second pass takes the
-// first's copy instead of reordering it again.
+// first's copy instead of reordering it again. And one more serves activations (Note [blocked
+// activations]).
 class BlockedCache {
  public:
-  explicit BlockedCache(size_t max_entries) : max_entries_(max_entries) {}
+  explicit BlockedCache(size_t max_entries, size_t max_bytes = SIZE_MAX)
+      : max_entries_(max_entries), max_bytes_(max_bytes) {}
 
-  // The copy of plain tensor t in operand op's chosen layout, reordering on a miss.
-  Tensor get(const Tensor& t, const Operand& op) {
-    const std::string key = fmt::format("{}|{}|{}", static_cast<const void*>(t.storage().get()),
-                                        t.storage_offset(), op.chosen.get_size());
+  // The cached copy of plain tensor t in layout `chosen` (of t times `fold` per output channel,
+  // when fold is not empty), or an undefined Tensor.
+  Tensor find(const Tensor& t, const dnnl::memory::desc& chosen,
+              const std::vector<float>& fold = {}) {
+    const std::string k = key(t, chosen);
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry& e : entries_)
-      if (e.key == key && e.chosen == op.chosen && e.version == t.version() &&
+      if (e.key == k && e.chosen == chosen && e.version == t.version() && e.fold == fold &&
           e.storage.lock() == t.storage()) {
         e.last_use = ++clock_;
         return e.blocked;
       }
-    Tensor blocked = scratch(op.chosen);
-    dnnl::engine& eng = dnnl_engine();
-    dnnl::memory plain(op.plain, eng, t.raw_data()), out(op.chosen, eng, blocked.raw_data());
-    op.reorder.execute(dnnl_stream(), plain, out);
-    dnnl_stream().wait();
-    if (entries_.size() >= max_entries_) evict();
-    entries_.push_back({key, op.chosen, t.storage(), t.version(), blocked, ++clock_});
+    return {};
+  }
+
+  // Records `blocked` as t's copy in layout `chosen`, unless it is larger than the cache.
+  void put(const Tensor& t, const dnnl::memory::desc& chosen, Tensor blocked,
+           std::vector<float> fold = {}) {
+    if (blocked.nbytes() > max_bytes_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    evict(blocked.nbytes());
+    entries_.push_back({key(t, chosen), chosen, t.storage(), t.version(), std::move(fold),
+                        std::move(blocked), ++clock_});
+  }
+
+  // find, or on a miss the copy computed (fold_and_block) and recorded.
+  Tensor get(const Tensor& t, const Operand& op, const Tensor* fold = nullptr) {
+    std::vector<float> scale = values(fold);
+    Tensor blocked = find(t, op.chosen, scale);
+    if (blocked.defined()) return blocked;
+    blocked = fold_and_block(t, fold, op);
+    put(t, op.chosen, blocked, std::move(scale));
     return blocked;
   }
 
@@ -445,22 +482,34 @@ class BlockedCache {
     dnnl::memory::desc chosen;
     std::weak_ptr<Storage> storage;
     uint64_t version = 0;
+    std::vector<float> fold;
     Tensor blocked;
     uint64_t last_use = 0;
   };
-  // Drops the entries whose tensors are gone or changed, or else the least recently used one.
-  void evict() {
+  static std::string key(const Tensor& t, const dnnl::memory::desc& chosen) {
+    // The strides tell apart two views of one storage that have the same shape (a permutation of
+    // equal dims).
+    return fmt::format("{}|{}|{}|{}", static_cast<const void*>(t.storage().get()),
+                       t.storage_offset(), chosen.get_size(), fmt::join(t.strides(), ","));
+  }
+  // Drops the entries whose tensors are gone or changed, then the least recently used ones until
+  // one more entry of `incoming` bytes fits.
+  void evict(size_t incoming) {
     std::erase_if(entries_, [](const Entry& e) {
       auto st = e.storage.lock();
       return !st || st->version() != e.version;
     });
-    if (entries_.size() < max_entries_) return;
-    auto lru =
-        std::min_element(entries_.begin(), entries_.end(),
-                         [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; });
-    entries_.erase(lru);
+    auto bytes = [&] {
+      size_t n = incoming;
+      for (const Entry& e : entries_) n += e.blocked.nbytes();
+      return n;
+    };
+    while (!entries_.empty() && (entries_.size() >= max_entries_ || bytes() > max_bytes_))
+      entries_.erase(
+          std::min_element(entries_.begin(), entries_.end(),
+                           [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
   }
-  size_t max_entries_;
+  size_t max_entries_, max_bytes_;
   uint64_t clock_ = 0;
   std::mutex mutex_;
   std::vector<Entry> entries_;
@@ -473,6 +522,20 @@ BlockedCache& weight_cache() {
 
 BlockedCache& grad_output_cache() {
   static auto* cache = new BlockedCache(2);
+  return *cache;
+}
+
+// Note [blocked activations]: without a gradient, batched convolutions (oneDNN's direct kernels)
+// compute in a blocked layout (nChw16c), which strides cannot express, so each one reorders its
+// input in and its output out. When a convolution's output is the next one's input (ResNet's
+// conv-bn-relu chains after folding, Note [conv epilogue]) the second reorder only undoes the
+// first. So a no-grad convolution that writes its whole output itself also leaves its blocked
+// copy here, keyed like the weight cache (storage, offset, version), and a convolution reading
+// that tensor, as its input or as the residual of its sum post-op, takes the copy. The plain
+// output is still written, so every other reader sees an ordinary tensor. At most 4 entries and
+// 64 MiB (ResNet-18 at batch 64 needs 3 of 16.8 MB); a larger activation is not kept.
+BlockedCache& activation_cache() {
+  static auto* cache = new BlockedCache(4, size_t(64) << 20);
   return *cache;
 }
 
@@ -497,8 +560,10 @@ Tensor dense_activation(const Tensor& t) {
 
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
 // kernels below, `bias` the forward's bias (may be null), `ep` a forward's epilogue (may be null).
+// `publish`: out is the op's result, written here and nowhere else (Note [blocked activations]).
 void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
-                 const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr) {
+                 const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr,
+                 bool publish = false) {
   // The activations among the operands: a and out always, b in the weight gradient.
   const bool weights_pass = pass == Pass::kBackwardWeights;
   const Tensor a32 = dense_activation(a);
@@ -510,10 +575,16 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     layouts.src_nhwc = a32.is_channels_last();
     layouts.dst_nhwc = weights_pass ? b32.is_channels_last() : out.is_channels_last();
   }
+  // A folded epilogue's scale multiplies the weights and its shift is the bias.
+  Tensor scale32, shift32;
   if (ep != nullptr) {
-    layouts.affine = ep->scale.defined();
     layouts.sum = ep->residual.defined();
     layouts.relu = ep->relu;
+    if (ep->scale.defined()) {
+      scale32 = dense(ep->scale, DType::Float32);
+      shift32 = dense(ep->shift, DType::Float32);
+      bias = &shift32;
+    }
   }
   ConvEntry e = conv_entry(pass, g, bias != nullptr, layouts);
   const bool direct = out.dtype() == DType::Float32;
@@ -527,17 +598,25 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
   // Forward weights are `b` (Note [conv weight cache]).
-  const bool cached_weight = (pass == Pass::kForward || pass == Pass::kInference) &&
-                             !GradMode::is_enabled() && e.b.needs_reorder() && b32.is_same(b);
+  const bool no_grad_forward =
+      (pass == Pass::kForward || pass == Pass::kInference) && !GradMode::is_enabled();
+  const bool cached_weight =
+      no_grad_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
+  const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
-    dnnl::memory plain(op->plain, eng, t->raw_data());
-    if (!op->needs_reorder()) {
-      args[op->arg] = plain;
+    if (op == &e.b && fold != nullptr && !cached_weight) {
+      keep.push_back(fold_and_block(b32, fold, *op));
+      args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
+    dnnl::memory plain(op->plain, eng, t->raw_data());
     if (op == &e.b && cached_weight) {
-      keep.push_back(weight_cache().get(b, *op));
+      keep.push_back(weight_cache().get(b, *op, fold));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
+      continue;
+    }
+    if (!op->needs_reorder()) {
+      args[op->arg] = plain;
       continue;
     }
     // grad_output: `a` of the data gradient, `b` of the weight gradient.
@@ -549,34 +628,42 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
-    keep.push_back(scratch(op->chosen));
+    // Note [blocked activations].
+    Tensor previous = op == &e.a && no_grad_forward && t->is_same(a)
+                          ? activation_cache().find(a, op->chosen)
+                          : Tensor();
+    keep.push_back(previous.defined() ? previous : scratch(op->chosen));
     dnnl::memory blocked(op->chosen, eng, keep.back().raw_data());
-    op->reorder.execute(s, plain, blocked);
+    if (!previous.defined()) op->reorder.execute(s, plain, blocked);
     args[op->arg] = blocked;
   }
   dnnl::memory out_plain(e.out.plain, eng, o32.raw_data());
+  Tensor out_blocked;
   if (e.out.needs_reorder()) {
-    keep.push_back(scratch(e.out.chosen));
-    args[e.out.arg] = dnnl::memory(e.out.chosen, eng, keep.back().raw_data());
+    out_blocked = scratch(e.out.chosen);
+    args[e.out.arg] = dnnl::memory(e.out.chosen, eng, out_blocked.raw_data());
   } else {
     args[e.out.arg] = out_plain;
   }
-  Tensor scale32, shift32;
-  if (layouts.affine) {
-    scale32 = dense(ep->scale, DType::Float32);
-    shift32 = dense(ep->shift, DType::Float32);
-    const dnnl::memory::desc per_channel({1, g.o, 1, 1}, dnnl::memory::data_type::f32,
-                                         dnnl::memory::format_tag::nchw);
-    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
-        dnnl::memory(per_channel, eng, scale32.raw_data());
-    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] =
-        dnnl::memory(per_channel, eng, shift32.raw_data());
-  }
   if (layouts.sum) {
-    // The sum post-op adds what the destination holds before the call.
-    copy_into(o32, ep->residual);
-    if (e.out.needs_reorder())
-      dnnl::reorder(out_plain, args[e.out.arg]).execute(s, out_plain, args[e.out.arg]);
+    // The sum post-op adds what the destination holds before the call: the residual, reordered
+    // straight into a blocked destination when it has the output's plain layout.
+    const Tensor& r = ep->residual;
+    const bool same_plain = r.dtype() == DType::Float32 &&
+                            (o32.is_channels_last() ? r.is_channels_last() : r.is_contiguous());
+    const Tensor previous = e.out.needs_reorder() && no_grad_forward
+                                ? activation_cache().find(r, e.out.chosen)
+                                : Tensor();
+    if (previous.defined()) {
+      std::memcpy(out_blocked.raw_data(), previous.raw_data(), e.out.chosen.get_size());
+    } else if (e.out.needs_reorder() && same_plain) {
+      dnnl::memory rm(e.out.plain, eng, r.raw_data());
+      dnnl::reorder(rm, args[e.out.arg]).execute(s, rm, args[e.out.arg]);
+    } else {
+      copy_into(o32, r);
+      if (e.out.needs_reorder())
+        dnnl::reorder(out_plain, args[e.out.arg]).execute(s, out_plain, args[e.out.arg]);
+    }
   }
   Tensor bias32;
   if (bias != nullptr) {
@@ -590,6 +677,8 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   if (e.out.needs_reorder()) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
   if (!direct) copy_into(out, o32);
+  if (publish && direct && no_grad_forward && out_blocked.defined())
+    activation_cache().put(out, e.out.chosen, out_blocked);
 }
 
 const double* f64(const Tensor& t) {
@@ -621,7 +710,7 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
     return MemoryFormat::kContiguous;
   ActivationLayouts l{x.is_channels_last(), /*dst_nhwc=*/true};
   if (ep != nullptr) {
-    l.affine = ep->scale.defined();
+    with_bias = with_bias || ep->scale.defined();
     l.sum = ep->residual.defined();
     l.relu = ep->relu;
   }
@@ -629,8 +718,11 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
   return e.out.needs_reorder() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
 }
 
-void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         const Tensor& y) {
+namespace {
+
+// conv_forward_kernel; `publish` as in onednn_conv.
+void conv_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                  const Tensor& y, bool publish) {
   if (trivial(y, g.c / g.groups)) {
     if (b.defined() && y.numel() > 0)
       copy_into(y, make_view(b, {g.o, 1, 1}, {b.stride(0), 0, 0}, b.storage_offset()));
@@ -638,7 +730,7 @@ void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w
   }
   if (y.dtype() != DType::Float64) {
     onednn_conv(inference_pass(g) ? Pass::kInference : Pass::kForward, g, x, w,
-                b.defined() ? &b : nullptr, y);
+                b.defined() ? &b : nullptr, y, nullptr, publish);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), wd = dense(w, DType::Float64);
@@ -647,27 +739,33 @@ void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w
               static_cast<double*>(y.raw_data()));
 }
 
+}  // namespace
+
+void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& y) {
+  conv_forward(g, x, w, b, y, /*publish=*/true);
+}
+
 ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep) {
-  // Only the brgemm kernels of the single-image pass (Note [conv inference kind]) gain: oneDNN
-  // 2.6's direct jit kernels (larger batches) ran ResNet-18 at batch 64 ~30% slower with the
-  // per-channel binary post-ops than without (kiln_profile --workload resnet18-infer --batch 64),
-  // and fall back to the reference implementation for binary and sum post-ops together.
-  if (x.dtype() != DType::Float32 || !inference_pass(g) || g.c / g.groups == 0 ||
-      g.n * g.o * g.oh * g.ow == 0)
-    return {};
-  ActivationLayouts l{x.is_channels_last(), false, ep.scale.defined(), ep.residual.defined(),
-                      ep.relu};
-  return conv_entry(Pass::kInference, g, false, l).reference ? ConvEpilogue{} : ep;
+  if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
+  ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
+  const Pass pass = inference_pass(g) ? Pass::kInference : Pass::kForward;
+  return conv_entry(pass, g, ep.scale.defined(), l).reference ? ConvEpilogue{} : ep;
 }
 
 void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                                   const ConvEpilogue& ep, const ConvEpilogue& done,
                                   const Tensor& y) {
   if (y.numel() == 0) return;
+  // y is final when the kernel applies all of ep (Note [blocked activations]).
+  const bool complete = (!ep.scale.defined() || done.scale.defined()) &&
+                        (!ep.residual.defined() || done.residual.defined()) &&
+                        (!ep.relu || done.relu);
   if (done.scale.defined() || done.residual.defined() || done.relu)
-    onednn_conv(Pass::kInference, g, x, w, nullptr, y, &done);
+    onednn_conv(inference_pass(g) ? Pass::kInference : Pass::kForward, g, x, w, nullptr, y, &done,
+                complete);
   else
-    conv_forward_kernel(g, x, w, Tensor(), y);
+    conv_forward(g, x, w, Tensor(), y, complete);
   NoGradGuard no_grad;
   Tensor t = y;
   if (ep.scale.defined() && !done.scale.defined()) t = channel_affine(t, ep.scale, ep.shift);

@@ -8,6 +8,7 @@
 #include "kiln/ops/conv.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/profiler.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
@@ -68,11 +69,60 @@ TEST(Conv2dAffine, FusedFloat32MatchesTheComposition) {
     expect_allclose(got, want, 1e-5);
     // The fused output takes the layout the plain convolution would.
     EXPECT_EQ(got.is_channels_last(), plain.is_channels_last());
-    // A channels-last residual is read as well as a contiguous one.
-    if (c.residual && c.x[0] == 1) {
+    // A residual in the other layout is read as well as one in the output's.
+    if (c.residual) {
       Tensor last = contiguous(residual, MemoryFormat::kChannelsLast);
       expect_allclose(conv2d_affine(x, w, scale, shift, last, c.relu, c.options), want, 1e-5);
     }
+  }
+}
+
+// Float32 without a gradient runs the one fused op at every batch size (the single-image brgemm
+// kernels and the batched direct ones), not the composition.
+TEST(Conv2dAffine, Float32RunsFusedAtEveryBatchSize) {
+  for (int64_t n : {1, 8}) {
+    SCOPED_TRACE(n);
+    manual_seed(24);
+    Tensor x = randn({n, 16, 8, 8}), w = mul(randn({16, 16, 3, 3}), 0.2);
+    Tensor scale = add(rand({16}), 0.5), shift = randn({16}), residual = randn({n, 16, 8, 8});
+    NoGradGuard no_grad;
+    Profiler profiler;
+    conv2d_affine(x, w, scale, shift, residual, true, {.padding = 1});
+    profiler.stop();
+    std::vector<std::string> names;
+    for (const OpProfile& p : profiler.key_averages()) names.push_back(p.name);
+    EXPECT_NE(std::find(names.begin(), names.end(), "conv2d_affine"), names.end());
+    for (const char* composed_op : {"conv2d", "channel_affine", "relu"})
+      EXPECT_EQ(std::find(names.begin(), names.end(), composed_op), names.end()) << composed_op;
+  }
+}
+
+// The folded weight (w * scale) is cached between calls: a different scale, or the same weight
+// changed in place, must not reuse it, and a gradient-mode call (no cache) agrees.
+TEST(Conv2dAffine, FoldedWeightsFollowScaleAndWeightChanges) {
+  for (int64_t n : {1, 4}) {
+    SCOPED_TRACE(n);
+    manual_seed(25);
+    Tensor x = randn({n, 8, 6, 6}), w = mul(randn({16, 8, 3, 3}), 0.2);
+    Tensor shift = randn({16});
+    const Conv2dOptions o{.padding = 1};
+    auto check = [&](const Tensor& scale) {
+      Tensor want = composed(x, w, scale, shift, Tensor(), false, o);
+      {
+        NoGradGuard no_grad;
+        expect_allclose(conv2d_affine(x, w, scale, shift, Tensor(), false, o), want, 1e-5);
+      }
+      // Gradient mode on, nothing requiring grad: fused, folded afresh without the cache.
+      expect_allclose(conv2d_affine(x, w, scale, shift, Tensor(), false, o), want, 1e-5);
+    };
+    Tensor scale = add(rand({16}), 0.5);
+    check(scale);
+    check(mul(scale, 2.0));  // same weight, new scale values
+    {
+      NoGradGuard no_grad;
+      w.mul_(-1.5);  // same storage, new version
+    }
+    check(scale);
   }
 }
 
