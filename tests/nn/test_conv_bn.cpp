@@ -51,6 +51,41 @@ TEST(ConvBn, EvaluationMatchesTheModulesCalledInTurn) {
   }
 }
 
+// Note [conv-bn fold cache]: the folded scale and shift are kept between calls; every way the
+// batch norm's or the conv's numbers can change must be seen.
+TEST(ConvBn, FoldedValuesFollowTheModules) {
+  manual_seed(35);
+  Conv2d conv(8, 16, 3, {.padding = 1}, /*bias=*/true);
+  BatchNorm2d bn(16);
+  randomize(bn);
+  conv.eval();
+  bn.eval();
+  Tensor x = randn({2, 8, 6, 6});
+  NoGradGuard no_grad;
+  auto check = [&](const char* what) {
+    SCOPED_TRACE(what);
+    expect_allclose(conv_bn(conv, bn, x, Tensor(), true), unfused(conv, bn, x, Tensor(), true),
+                    1e-5);
+  };
+  check("first call");
+  check("cached");
+  randomize(bn);  // in place: copy_ into every tensor
+  check("statistics and affine parameters changed in place");
+  conv.bias.mul_(3.0);
+  check("conv bias changed in place");
+  bn.running_var = add(bn.running_var, 1.0);  // a new tensor
+  check("running_var replaced");
+  bn.options.eps = 0.5;
+  check("eps changed");
+  {
+    BatchNorm2d other(16);  // another module, same conv
+    randomize(other);
+    other.eval();
+    expect_allclose(conv_bn(conv, other, x), unfused(conv, other, x, Tensor(), false), 1e-5);
+  }
+  check("back to the first module");
+}
+
 TEST(ConvBn, HooksTrainingAndGradientsSeeTheModules) {
   manual_seed(32);
   Conv2d conv(4, 6, 3, {.padding = 1});
