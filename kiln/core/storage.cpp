@@ -8,6 +8,26 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (!device.is_meta()) data_ = CachingAllocator::instance().allocate(nbytes);
 }
 
+void Storage::defer(std::shared_ptr<const DeferredContents> contents) {
+  std::lock_guard<std::mutex> lock(deferred_mutex_);
+  contents_ = std::move(contents);
+  deferred_.store(contents_ != nullptr, std::memory_order_release);
+}
+
+std::shared_ptr<const DeferredContents> Storage::deferred() const {
+  if (!deferred_.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> lock(deferred_mutex_);
+  return contents_;
+}
+
+void Storage::write_deferred() const {
+  std::lock_guard<std::mutex> lock(deferred_mutex_);
+  if (!contents_) return;   // another thread wrote them while this one waited
+  contents_->write(data_);  // if it throws, the contents stay deferred
+  contents_.reset();
+  deferred_.store(false, std::memory_order_release);
+}
+
 Storage::~Storage() {
   if (data_) CachingAllocator::instance().deallocate(data_);
 }

@@ -1,12 +1,28 @@
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <source_location>
 #include <string>
 
 #include "kiln/core/device.h"
 
 namespace kiln {
+
+// Note [deferred contents]: a producer may leave a storage's memory unwritten and attach what it
+// holds in another form (a oneDNN blocked layout, Note [blocked activations] in
+// ops/conv_kernels.cpp). The first data() call, whoever makes it, writes the plain contents
+// (once, under a lock) and drops the other form, so every reader and writer of the memory sees
+// ordinary contents. A consumer that understands the other form can take it from deferred()
+// without calling data(), and the plain contents are then never written if nobody else reads them.
+class DeferredContents {
+ public:
+  virtual ~DeferredContents() = default;
+  // Writes the plain contents into `data`, the storage's memory.
+  virtual void write(void* data) const = 0;
+};
 
 // Memory shared by a tensor and its views. Also carries the version counter used by autograd to
 // detect in-place modification of saved tensors, and who did the last modification.
@@ -18,7 +34,16 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // The memory, with its contents written (Note [deferred contents]).
+  void* data() const {
+    if (deferred_.load(std::memory_order_acquire)) [[unlikely]]
+      write_deferred();
+    return data_;
+  }
+  // Leaves the contents to `contents` until the first data() call.
+  void defer(std::shared_ptr<const DeferredContents> contents);
+  // The contents not yet written, or null.
+  std::shared_ptr<const DeferredContents> deferred() const;
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
@@ -37,7 +62,12 @@ class Storage {
   const std::source_location& last_writer_loc() const { return last_writer_loc_; }
 
  private:
+  void write_deferred() const;
+
   void* data_ = nullptr;
+  mutable std::atomic<bool> deferred_{false};
+  mutable std::mutex deferred_mutex_;
+  mutable std::shared_ptr<const DeferredContents> contents_;
   size_t nbytes_ = 0;
   Device device_;
   uint64_t version_ = 0;

@@ -434,12 +434,10 @@ std::vector<float> values(const Tensor* fold) {
 //
 // The same kind of cache, two entries deep, serves a convolution's backward: the data and weight
 // gradients both read grad_output in the same blocked layout, so the second pass takes the
-// first's copy instead of reordering it again. And one more serves activations (Note [blocked
-// activations]).
+// first's copy instead of reordering it again.
 class BlockedCache {
  public:
-  explicit BlockedCache(size_t max_entries, size_t max_bytes = SIZE_MAX)
-      : max_entries_(max_entries), max_bytes_(max_bytes) {}
+  explicit BlockedCache(size_t max_entries) : max_entries_(max_entries) {}
 
   // The cached copy of plain tensor t in layout `chosen` (of t times `fold` per output channel,
   // when fold is not empty), or an undefined Tensor.
@@ -456,12 +454,11 @@ class BlockedCache {
     return {};
   }
 
-  // Records `blocked` as t's copy in layout `chosen`, unless it is larger than the cache.
+  // Records `blocked` as t's copy in layout `chosen`.
   void put(const Tensor& t, const dnnl::memory::desc& chosen, Tensor blocked,
            std::vector<float> fold = {}) {
-    if (blocked.nbytes() > max_bytes_) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    evict(blocked.nbytes());
+    evict();
     entries_.push_back({key(t, chosen), chosen, t.storage(), t.version(), std::move(fold),
                         std::move(blocked), ++clock_});
   }
@@ -492,24 +489,18 @@ class BlockedCache {
     return fmt::format("{}|{}|{}|{}", static_cast<const void*>(t.storage().get()),
                        t.storage_offset(), chosen.get_size(), fmt::join(t.strides(), ","));
   }
-  // Drops the entries whose tensors are gone or changed, then the least recently used ones until
-  // one more entry of `incoming` bytes fits.
-  void evict(size_t incoming) {
+  // Drops the entries whose tensors are gone or changed, or else the least recently used one.
+  void evict() {
     std::erase_if(entries_, [](const Entry& e) {
       auto st = e.storage.lock();
       return !st || st->version() != e.version;
     });
-    auto bytes = [&] {
-      size_t n = incoming;
-      for (const Entry& e : entries_) n += e.blocked.nbytes();
-      return n;
-    };
-    while (!entries_.empty() && (entries_.size() >= max_entries_ || bytes() > max_bytes_))
-      entries_.erase(
-          std::min_element(entries_.begin(), entries_.end(),
-                           [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
+    if (entries_.size() < max_entries_) return;
+    entries_.erase(
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
   }
-  size_t max_entries_, max_bytes_;
+  size_t max_entries_;
   uint64_t clock_ = 0;
   std::mutex mutex_;
   std::vector<Entry> entries_;
@@ -526,17 +517,40 @@ BlockedCache& grad_output_cache() {
 }
 
 // Note [blocked activations]: without a gradient, batched convolutions (oneDNN's direct kernels)
-// compute in a blocked layout (nChw16c), which strides cannot express, so each one reorders its
-// input in and its output out. When a convolution's output is the next one's input (ResNet's
+// compute in a blocked layout (nChw16c), which strides cannot express, so each one would reorder
+// its input in and its output out. When a convolution's output is the next one's input (ResNet's
 // conv-bn-relu chains after folding, Note [conv epilogue]) the second reorder only undoes the
-// first. So a no-grad convolution that writes its whole output itself also leaves its blocked
-// copy here, keyed like the weight cache (storage, offset, version), and a convolution reading
-// that tensor, as its input or as the residual of its sum post-op, takes the copy. The plain
-// output is still written, so every other reader sees an ordinary tensor. At most 4 entries and
-// 64 MiB (ResNet-18 at batch 64 needs 3 of 16.8 MB); a larger activation is not kept.
-BlockedCache& activation_cache() {
-  static auto* cache = new BlockedCache(4, size_t(64) << 20);
-  return *cache;
+// first, and the plain output is never read at all. So a no-grad convolution that writes its
+// whole output itself leaves the output's storage holding the blocked result (Note [deferred
+// contents] in core/storage.h), and a convolution reading that tensor, as its input or as the
+// residual of its sum post-op, takes the blocked form directly. Anything else that touches the
+// memory (another op, a print, a copy, an in-place write) makes the storage write the plain
+// contents first, so no other code sees a difference. A pending output keeps its blocked buffer
+// alive until it is written out or freed.
+class BlockedActivation final : public DeferredContents {
+ public:
+  BlockedActivation(Tensor blocked, const Operand& out)
+      : blocked(std::move(blocked)), chosen(out.chosen), plain(out.plain), to_plain(out.reorder) {}
+  void write(void* data) const override {
+    dnnl::engine& eng = dnnl_engine();
+    dnnl::memory from(chosen, eng, blocked.raw_data()), to(plain, eng, data);
+    to_plain.execute(dnnl_stream(), from, to);
+    dnnl_stream().wait();
+  }
+  const Tensor blocked;
+  const dnnl::memory::desc chosen, plain;
+  const dnnl::reorder to_plain;
+};
+
+// The blocked form of t in layout `chosen`, when t's storage holds one not yet written out and t
+// is the whole of it, read as `plain`; else an undefined Tensor.
+Tensor pending_blocked(const Tensor& t, const dnnl::memory::desc& plain,
+                       const dnnl::memory::desc& chosen) {
+  if (t.storage_offset() != 0) return {};
+  const std::shared_ptr<const DeferredContents> d = t.storage()->deferred();
+  const auto* b = dynamic_cast<const BlockedActivation*>(d.get());
+  if (b == nullptr || b->chosen != chosen || b->plain != plain) return {};
+  return b->blocked;
 }
 
 // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
@@ -598,8 +612,8 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
   // Forward weights are `b` (Note [conv weight cache]).
-  const bool no_grad_forward =
-      (pass == Pass::kForward || pass == Pass::kInference) && !GradMode::is_enabled();
+  const bool forward = pass == Pass::kForward || pass == Pass::kInference;
+  const bool no_grad_forward = forward && !GradMode::is_enabled();
   const bool cached_weight =
       no_grad_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
   const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
@@ -608,6 +622,15 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       keep.push_back(fold_and_block(b32, fold, *op));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
+    }
+    if (op == &e.a && forward && op->needs_reorder() && t->is_same(a)) {
+      // Note [blocked activations]: checked before raw_data(), which would write `a` out.
+      Tensor pending = pending_blocked(a, op->plain, op->chosen);
+      if (pending.defined()) {
+        keep.push_back(pending);
+        args[op->arg] = dnnl::memory(op->chosen, eng, pending.raw_data());
+        continue;
+      }
     }
     dnnl::memory plain(op->plain, eng, t->raw_data());
     if (op == &e.b && cached_weight) {
@@ -628,13 +651,9 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
-    // Note [blocked activations].
-    Tensor previous = op == &e.a && no_grad_forward && t->is_same(a)
-                          ? activation_cache().find(a, op->chosen)
-                          : Tensor();
-    keep.push_back(previous.defined() ? previous : scratch(op->chosen));
+    keep.push_back(scratch(op->chosen));
     dnnl::memory blocked(op->chosen, eng, keep.back().raw_data());
-    if (!previous.defined()) op->reorder.execute(s, plain, blocked);
+    op->reorder.execute(s, plain, blocked);
     args[op->arg] = blocked;
   }
   dnnl::memory out_plain(e.out.plain, eng, o32.raw_data());
@@ -646,16 +665,17 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     args[e.out.arg] = out_plain;
   }
   if (layouts.sum) {
-    // The sum post-op adds what the destination holds before the call: the residual, reordered
+    // The sum post-op adds what the destination holds before the call: the residual, copied
+    // from its blocked form when it has one (Note [blocked activations]), else reordered
     // straight into a blocked destination when it has the output's plain layout.
     const Tensor& r = ep->residual;
     const bool same_plain = r.dtype() == DType::Float32 &&
                             (o32.is_channels_last() ? r.is_channels_last() : r.is_contiguous());
-    const Tensor previous = e.out.needs_reorder() && no_grad_forward
-                                ? activation_cache().find(r, e.out.chosen)
-                                : Tensor();
-    if (previous.defined()) {
-      std::memcpy(out_blocked.raw_data(), previous.raw_data(), e.out.chosen.get_size());
+    const Tensor pending = e.out.needs_reorder() && same_plain
+                               ? pending_blocked(r, e.out.plain, e.out.chosen)
+                               : Tensor();
+    if (pending.defined()) {
+      std::memcpy(out_blocked.raw_data(), pending.raw_data(), e.out.chosen.get_size());
     } else if (e.out.needs_reorder() && same_plain) {
       dnnl::memory rm(e.out.plain, eng, r.raw_data());
       dnnl::reorder(rm, args[e.out.arg]).execute(s, rm, args[e.out.arg]);
@@ -674,11 +694,13 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   if (scratchpad.defined())
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
-  if (e.out.needs_reorder()) e.out.reorder.execute(s, args[e.out.arg], out_plain);
+  // Note [blocked activations]: the output stays blocked until someone reads its memory.
+  const bool defer = publish && direct && no_grad_forward && e.out.needs_reorder() &&
+                     out.storage_offset() == 0 && out.nbytes() == out.storage()->nbytes();
+  if (e.out.needs_reorder() && !defer) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
+  if (defer) out.storage()->defer(std::make_shared<BlockedActivation>(out_blocked, e.out));
   if (!direct) copy_into(out, o32);
-  if (publish && direct && no_grad_forward && out_blocked.defined())
-    activation_cache().put(out, e.out.chosen, out_blocked);
 }
 
 const double* f64(const Tensor& t) {
