@@ -12,7 +12,10 @@ Strides channels_last_strides(const Shape& s) {
 
 bool is_channels_last(const Shape& shape, const Strides& strides) {
   if (shape.size() != 4) return false;
-  const Strides last = channels_last_strides(shape), plain = contiguous_strides(shape);
+  // Computed in place (no vectors): every convolution call asks several times.
+  const int64_t c = std::max<int64_t>(shape[1], 1), h = std::max<int64_t>(shape[2], 1);
+  const int64_t w = std::max<int64_t>(shape[3], 1);
+  const int64_t last[4] = {h * w * c, 1, w * c, c}, plain[4] = {c * h * w, h * w, w, 1};
   bool matches_last = true, matches_plain = true;
   for (size_t d = 0; d < 4; ++d) {
     if (shape[d] == 1) continue;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 #include "kiln/core/grad_mode.h"
@@ -21,9 +23,11 @@
 namespace kiln {
 namespace detail {
 
+// The fields' bytes: a key is built per convolution call, and formatting 18 numbers as text took
+// a fifth of a small convolution's time.
 std::string ConvGeometry::key() const {
-  return fmt::format("{},{},{},{}|{},{},{}|{},{}|{},{},{},{}|{},{},{},{}|{}", n, c, h, w, o, kh, kw,
-                     oh, ow, sh, sw, dh, dw, pt, pb, pl, pr, groups);
+  static_assert(std::has_unique_object_representations_v<ConvGeometry>);
+  return {reinterpret_cast<const char*>(this), sizeof(ConvGeometry)};
 }
 
 std::pair<int64_t, int64_t> resolve_padding(const Padding& p, bool height, int64_t in, int64_t k,
@@ -281,8 +285,9 @@ struct ConvDescs {
 struct ActivationLayouts {
   bool src_nhwc = false, dst_nhwc = false;
   bool sum = false, relu = false;
-  std::string key() const {
-    return fmt::format("{}{}{}{}", src_nhwc ? 1 : 0, dst_nhwc ? 1 : 0, sum ? 1 : 0, relu ? 1 : 0);
+  char key() const {
+    return static_cast<char>('0' + (src_nhwc ? 1 : 0) + (dst_nhwc ? 2 : 0) + (sum ? 4 : 0) +
+                             (relu ? 8 : 0));
   }
 };
 
@@ -323,8 +328,9 @@ struct ConvEntry {
   bool reference = false;
 };
 
-LruCache<ConvEntry>& conv_cache() {
-  static auto* cache = new LruCache<ConvEntry>(256);
+// Entries are shared, not copied: a ConvEntry holds eight memory descriptors of ~1 KB each.
+LruCache<std::shared_ptr<const ConvEntry>>& conv_cache() {
+  static auto* cache = new LruCache<std::shared_ptr<const ConvEntry>>(256);
   return *cache;
 }
 
@@ -485,9 +491,14 @@ class BlockedCache {
   };
   static std::string key(const Tensor& t, const dnnl::memory::desc& chosen) {
     // The strides tell apart two views of one storage that have the same shape (a permutation of
-    // equal dims).
-    return fmt::format("{}|{}|{}|{}", static_cast<const void*>(t.storage().get()),
-                       t.storage_offset(), chosen.get_size(), fmt::join(t.strides(), ","));
+    // equal dims). Raw bytes, not text: this runs on every convolution call.
+    const void* storage = t.storage().get();
+    const int64_t fields[2] = {t.storage_offset(), static_cast<int64_t>(chosen.get_size())};
+    std::string k(reinterpret_cast<const char*>(&storage), sizeof(storage));
+    k.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+    k.append(reinterpret_cast<const char*>(t.strides().data()),
+             t.strides().size() * sizeof(int64_t));
+    return k;
   }
   // Drops the entries whose tensors are gone or changed, or else the least recently used one.
   void evict() {
@@ -555,10 +566,14 @@ Tensor pending_blocked(const Tensor& t, const dnnl::memory::desc& plain,
 
 // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
 // part of the key.
-ConvEntry conv_entry(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts l) {
-  const std::string key = fmt::format("{}|{}|{}|{}|{}", static_cast<int>(pass), g.key(),
-                                      with_bias ? 1 : 0, get_num_threads(), l.key());
-  return conv_cache().get_or_create(key, [&] { return build_conv(pass, g, with_bias, l); });
+std::shared_ptr<const ConvEntry> conv_entry(Pass pass, const ConvGeometry& g, bool with_bias,
+                                            ActivationLayouts l) {
+  std::string key = g.key();
+  const int threads = get_num_threads();
+  key.append(reinterpret_cast<const char*>(&threads), sizeof(threads));
+  key += {static_cast<char>('0' + static_cast<int>(pass)), with_bias ? 'b' : '-', l.key()};
+  return conv_cache().get_or_create(
+      key, [&] { return std::make_shared<const ConvEntry>(build_conv(pass, g, with_bias, l)); });
 }
 
 // A float32 activation oneDNN can read as it is: t itself when it is float32 and contiguous or
@@ -600,7 +615,8 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       bias = &shift32;
     }
   }
-  ConvEntry e = conv_entry(pass, g, bias != nullptr, layouts);
+  const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts);
+  const ConvEntry& e = *entry;
   const bool direct = out.dtype() == DType::Float32;
   const Tensor o32 = direct
                          ? out
@@ -632,12 +648,12 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
         continue;
       }
     }
-    dnnl::memory plain(op->plain, eng, t->raw_data());
     if (op == &e.b && cached_weight) {
       keep.push_back(weight_cache().get(b, *op, fold));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
+    dnnl::memory plain(op->plain, eng, t->raw_data());
     if (!op->needs_reorder()) {
       args[op->arg] = plain;
       continue;
@@ -736,8 +752,9 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
     l.sum = ep->residual.defined();
     l.relu = ep->relu;
   }
-  const ConvEntry e = conv_entry(Pass::kInference, g, with_bias, l);
-  return e.out.needs_reorder() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
+  return conv_entry(Pass::kInference, g, with_bias, l)->out.needs_reorder()
+             ? MemoryFormat::kContiguous
+             : MemoryFormat::kChannelsLast;
 }
 
 namespace {
@@ -772,7 +789,7 @@ ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const Conv
   if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
   ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
   const Pass pass = inference_pass(g) ? Pass::kInference : Pass::kForward;
-  return conv_entry(pass, g, ep.scale.defined(), l).reference ? ConvEpilogue{} : ep;
+  return conv_entry(pass, g, ep.scale.defined(), l)->reference ? ConvEpilogue{} : ep;
 }
 
 void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
