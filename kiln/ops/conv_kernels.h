@@ -89,6 +89,11 @@ ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const Conv
 MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
                                 const ConvEpilogue* ep = nullptr);
 
+// The kernel a forward convolution of input x would run now (grad mode, batch size and shape
+// decide; Note [conv inference kind], Note [conv winograd]): oneDNN's implementation name, such as
+// "jit_wino_4x3:avx512_core", or "kiln:reference" for float64. For tests and diagnostics.
+std::string conv_forward_implementation(const ConvGeometry& g, const Tensor& x, bool with_bias);
+
 // Kernels (outputs are contiguous or channels-last, of the inputs' dtype; inputs may have any
 // layout).
 // float32 runs oneDNN, float64 the reference loops, 16-bit floats oneDNN in float32.

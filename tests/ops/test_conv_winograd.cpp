@@ -1,0 +1,91 @@
+// Note [conv winograd]: batched no-grad 3x3 convolutions run oneDNN's Winograd kernel, whose
+// rounding differs from the direct kernel's. This proves the bound: against a float64 reference,
+// the largest error stays under 1e-5 of the largest output, for plain convolutions and for
+// conv2d_affine's fused epilogue. And it checks which kernel runs when.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+namespace {
+
+const Conv2dOptions kSame{.padding = 1};
+
+std::string implementation(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
+  return detail::conv_forward_implementation(*detail::conv_geometry(x.shape(), w.shape(), o), x,
+                                             false);
+}
+
+TEST(ConvWinograd, ChosenForBatchedNoGrad3x3Only) {
+  const Tensor x = randn({4, 16, 8, 8}), w = randn({16, 16, 3, 3});
+  NoGradGuard no_grad;
+  EXPECT_NE(implementation(x, w, kSame).find("wino"), std::string::npos)
+      << implementation(x, w, kSame);
+  EXPECT_EQ(implementation(randn({1, 16, 8, 8}), w, kSame).find("wino"), std::string::npos);
+  EXPECT_EQ(implementation(x, w, {.stride = 2, .padding = 1}).find("wino"), std::string::npos);
+  EXPECT_EQ(implementation(randn({4, 3, 8, 8}), randn({16, 3, 3, 3}), kSame).find("wino"),
+            std::string::npos);
+  EXPECT_EQ(implementation(x, randn({16, 16, 1, 1}), {}).find("wino"), std::string::npos);
+  {
+    EnableGradGuard grad;
+    EXPECT_EQ(implementation(x, w, kSame).find("wino"), std::string::npos);
+  }
+}
+
+// max |got - want| / max |want|, with want in float64.
+double error_to_max(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  double err = 0.0, top = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
+  return err / top;
+}
+
+Tensor f64(const Tensor& t) {
+  return to_dtype(t, DType::Float64);
+}
+
+struct Case {
+  Shape x;
+  int64_t out;
+};
+
+TEST(ConvWinograd, ErrorAgainstFloat64WithinBound) {
+  for (const Case& c : std::vector<Case>{{{4, 16, 8, 8}, 16},
+                                         {{4, 64, 16, 16}, 64},
+                                         {{2, 128, 8, 8}, 128},
+                                         {{2, 256, 4, 4}, 256}}) {
+    SCOPED_TRACE(shape_str(c.x));
+    manual_seed(41);
+    // Activations after a relu, weights with He scaling: the magnitudes of a trained network.
+    const int64_t channels = c.x[1];
+    Tensor x = relu(randn(c.x));
+    Tensor w = mul(randn({c.out, channels, 3, 3}), std::sqrt(2.0 / (9.0 * channels)));
+    Tensor scale = add(rand({c.out}), 0.5), shift = randn({c.out});
+    Tensor residual = randn({c.x[0], c.out, c.x[2], c.x[3]});
+    NoGradGuard no_grad;
+    ASSERT_NE(implementation(x, w, kSame).find("wino"), std::string::npos);
+    const Tensor want = conv2d(f64(x), f64(w), Tensor(), kSame);
+    EXPECT_LT(error_to_max(conv2d(x, w, Tensor(), kSame), want), 1e-5);
+    const Tensor want_affine =
+        relu(add(channel_affine(want, f64(scale), f64(shift)), f64(residual)));
+    EXPECT_LT(error_to_max(conv2d_affine(x, w, scale, shift, residual, true, kSame), want_affine),
+              1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
