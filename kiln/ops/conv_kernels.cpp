@@ -479,10 +479,21 @@ class BlockedCache {
  public:
   explicit BlockedCache(size_t max_entries) : max_entries_(max_entries) {}
 
+  // The copy of plain tensor t (times `fold` per output channel when given, a float32 [O]) in
+  // operand op's chosen layout, computed by fold_and_block on a miss.
+  Tensor get(const Tensor& t, const Operand& op, const Tensor* fold = nullptr) {
+    std::vector<float> scale = values(fold);
+    Tensor blocked = find(t, op.chosen, scale);
+    if (blocked.defined()) return blocked;
+    blocked = fold_and_block(t, fold, op);
+    put(t, op.chosen, blocked, std::move(scale));
+    return blocked;
+  }
+
+ private:
   // The cached copy of plain tensor t in layout `chosen` (of t times `fold` per output channel,
   // when fold is not empty), or an undefined Tensor.
-  Tensor find(const Tensor& t, const dnnl::memory::desc& chosen,
-              const std::vector<float>& fold = {}) {
+  Tensor find(const Tensor& t, const dnnl::memory::desc& chosen, const std::vector<float>& fold) {
     const std::string k = key(t, chosen);
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry& e : entries_)
@@ -496,24 +507,13 @@ class BlockedCache {
 
   // Records `blocked` as t's copy in layout `chosen`.
   void put(const Tensor& t, const dnnl::memory::desc& chosen, Tensor blocked,
-           std::vector<float> fold = {}) {
+           std::vector<float> fold) {
     std::lock_guard<std::mutex> lock(mutex_);
     evict();
     entries_.push_back({key(t, chosen), chosen, t.storage(), t.version(), std::move(fold),
                         std::move(blocked), ++clock_});
   }
 
-  // find, or on a miss the copy computed (fold_and_block) and recorded.
-  Tensor get(const Tensor& t, const Operand& op, const Tensor* fold = nullptr) {
-    std::vector<float> scale = values(fold);
-    Tensor blocked = find(t, op.chosen, scale);
-    if (blocked.defined()) return blocked;
-    blocked = fold_and_block(t, fold, op);
-    put(t, op.chosen, blocked, std::move(scale));
-    return blocked;
-  }
-
- private:
   struct Entry {
     std::string key;
     dnnl::memory::desc chosen;
