@@ -3,7 +3,9 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config clang-format
-  libdnnl-dev            # oneDNN: matmul and (later) convolution kernels
+  git                    # scripts/check_format.sh lists the tracked sources with git ls-files
+  libdnnl-dev            # oneDNN: matmul and convolution kernels
+  ocl-icd-opencl-dev     # OpenCL headers + libOpenCL.so: Debian's oneDNN CMake config requires them
   libfmt-dev             # fmt: error messages and printing
   nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
   zlib1g-dev             # zlib: gzip-compressed IDX datasets

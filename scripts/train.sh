@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCH=OFF >/dev/null
+# The same build tree and options as scripts/test.sh, so running both builds the library once.
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null
 cmake --build build/release --target kiln_cli
 ./build/release/tools/kiln train --model cnn --data fashion-mnist --epochs 2 --optimizer adam \
   --lr 1e-3 --batch-size 128 --out out/cnn "$@"
