@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev             # zlib: gzip-compressed IDX datasets
   libpng-dev libjpeg62-turbo-dev  # libpng, libjpeg-turbo: image-folder datasets
   libcli11-dev           # CLI11: the kiln command's flags
+  libdw-dev              # elfutils' libdw: the user's source line for errors raised inside kiln
   libgtest-dev libgmock-dev  # GoogleTest: the unit tests
   libbenchmark-dev       # Google Benchmark: bench/
   python3-torch python3-numpy python3-pil  # PyTorch: live parity tests and head-to-head benchmarks

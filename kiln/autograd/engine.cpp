@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "kiln/autograd/node.h"
+#include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
@@ -148,6 +149,8 @@ class GraphTask {
       ~Restore() { GradMode::set_enabled(prev); }
     } restore{GradMode::is_enabled()};
     GradMode::set_enabled(create_graph_);
+    // Errors raised by nodes, hooks and vjps name the backward() call (Note [user call site]).
+    CallSiteScope call_site(loc_);
     while (!ready.empty()) {
       Node* node = ready.top();
       ready.pop();
@@ -225,10 +228,10 @@ class GraphTask {
   void check_anomaly(const Node& node, const std::vector<Tensor>& grads) {
     for (size_t i = 0; i < grads.size(); ++i)
       if (grads[i].defined() && has_nonfinite(grads[i]))
-        throw Error(fmt::format(
-            "[backward] anomaly detected: the gradient computed by '{}' (called at {}) for its "
-            "input {} ({}) contains NaN or Inf",
-            node.name(), format_location(node.loc), i, grads[i].describe()));
+        fail("backward", loc_,
+             "anomaly detected: the gradient computed by '{}' (called at {}) for its input {} ({}) "
+             "contains NaN or Inf",
+             node.name(), format_location(node.loc), i, grads[i].describe());
   }
 
   bool retain_graph_, create_graph_;

@@ -1,6 +1,7 @@
 // Custom functions (see Note [custom functions] in function.h).
 #include "kiln/autograd/function.h"
 
+#include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
@@ -26,7 +27,7 @@ std::vector<Tensor> FunctionCtx::saved_tensors() const {
 FunctionNode::FunctionNode(const char* name, FunctionBackward backward,
                            const std::vector<Tensor>& inputs, bool record, const Loc& call_loc)
     : name_(name), backward_(backward) {
-  loc = call_loc;
+  loc = user_location(call_loc);
   sequence_nr = next_sequence_nr();
   for (const Tensor& t : inputs) {
     input_metas_.push_back({t.shape(), t.dtype(), t.device()});
@@ -79,11 +80,11 @@ void FunctionNode::release_saved() {
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor> grads) {
   if (released)
-    throw Error(fmt::format(
-        "[backward] tried to backward through the graph a second time, through '{}' (called at "
-        "{}), whose saved tensors were freed by the first backward. Pass retain_graph=true to the "
-        "first backward() or grad() to keep them",
-        name(), format_location(loc)));
+    fail("backward", Loc::current(),
+         "tried to backward through the graph a second time, through '{}' (called at {}), whose "
+         "saved tensors were freed by the first backward. Pass retain_graph=true to the first "
+         "backward() or grad() to keep them",
+         name(), format_location(loc));
   for (size_t i = 0; i < grads.size(); ++i)
     if (!grads[i].defined())
       grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});

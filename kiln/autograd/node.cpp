@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
@@ -27,12 +28,12 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& saver) const {
   if (!data_.defined()) return Tensor();
   const Storage& storage = *data_.storage();
   if (storage.version() != version_)
-    throw Error(fmt::format(
-        "[backward] a tensor saved for the gradient of '{}' (called at {}) was modified in place "
-        "by '{}' at {}: {} was saved at version {} and is now at version {}. Clone it before the "
-        "in-place op, or use the out-of-place op",
-        saver->name(), format_location(saver->loc), storage.last_writer_op(),
-        format_location(storage.last_writer_loc()), data_.describe(), version_, storage.version()));
+    fail("backward", Loc::current(),
+         "a tensor saved for the gradient of '{}' (called at {}) was modified in place by '{}' at "
+         "{}: {} was saved at version {} and is now at version {}. Clone it before the in-place "
+         "op, or use the out-of-place op",
+         saver->name(), format_location(saver->loc), storage.last_writer_op(),
+         format_location(storage.last_writer_loc()), data_.describe(), version_, storage.version());
   if (!is_output_) return data_;
   // Re-attach the output to its producer so that create_graph sees the real history.
   Tensor out = detach(data_);
@@ -85,11 +86,11 @@ void OpNode::release_saved() {
 
 std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
   if (released)
-    throw Error(fmt::format(
-        "[backward] tried to backward through the graph a second time, through '{}' (called at "
-        "{}), whose saved tensors were freed by the first backward. Pass retain_graph=true to the "
-        "first backward() or grad() to keep them",
-        name(), format_location(loc)));
+    fail("backward", Loc::current(),
+         "tried to backward through the graph a second time, through '{}' (called at {}), whose "
+         "saved tensors were freed by the first backward. Pass retain_graph=true to the first "
+         "backward() or grad() to keep them",
+         name(), format_location(loc));
   for (size_t i = 0; i < grads.size(); ++i)
     if (!grads[i].defined())
       grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});
@@ -175,7 +176,8 @@ namespace {
 // Set as the dispatcher's tape recorder (see Note [tape recorder]).
 void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
             const Loc& loc) {
-  std::shared_ptr<OpNode> node(new OpNode(op, inputs, outputs, loc), &delete_node);
+  // An op called inside a layer is recorded at the user's line (Note [user call site]).
+  std::shared_ptr<OpNode> node(new OpNode(op, inputs, outputs, user_location(loc)), &delete_node);
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!is_floating(outputs[i].dtype())) continue;
     AutogradMeta& meta = outputs[i].impl()->autograd();

@@ -124,12 +124,12 @@ struct CachingAllocator::Impl {
       segment_note = fmt::format(", in a new {} segment", human_bytes(segment_size));
     std::string limit_note =
         hit_limit ? fmt::format(" with a limit of {}", human_bytes(limit_)) : "";
-    throw OutOfMemoryError(fmt::format(
-        "[allocator] out of memory: tried to allocate {} ({} bytes{}){}; allocated {}, "
-        "reserved {}, largest free block {}, fragmentation {:.2f} — call kiln::empty_cache() or "
-        "lower the batch size",
+    std::string detail = fmt::format(
+        "out of memory: tried to allocate {} ({} bytes{}){}; allocated {}, reserved {}, largest "
+        "free block {}, fragmentation {:.2f}; call kiln::empty_cache() or lower the batch size",
         human_bytes(nbytes), nbytes, segment_note, limit_note, human_bytes(s.allocated_bytes),
-        human_bytes(s.reserved_bytes), human_bytes(s.largest_free_block), s.fragmentation));
+        human_bytes(s.reserved_bytes), human_bytes(s.largest_free_block), s.fragmentation);
+    throw OutOfMemoryError("[allocator] " + detail, detail);
   }
 
   // Returns every segment that is one free block (no neighbours) to the system.

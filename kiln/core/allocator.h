@@ -25,10 +25,17 @@ struct MemoryStats {
   double fragmentation = 0.0;
 };
 
-// Thrown when a memory limit is set and a request cannot be served within it.
+// Thrown when a request cannot be served (within the limit, when one is set). detail() is the
+// allocator's account without "[op]" and the call site, so that the op that allocated can rethrow
+// it under its own name and the user's line (detail::empty_for, the dispatcher).
 class OutOfMemoryError : public Error {
  public:
-  explicit OutOfMemoryError(const std::string& what) : Error(what) {}
+  OutOfMemoryError(const std::string& what, std::string detail)
+      : Error(what), detail_(std::move(detail)) {}
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
 };
 
 // Note [caching allocator]: every tensor byte comes from here. Requests are rounded up to 512 bytes

@@ -1,5 +1,7 @@
 #include "kiln/core/error.h"
 
+#include "kiln/core/call_site.h"
+
 namespace kiln {
 
 std::string format_location(const std::source_location& loc) {
@@ -11,7 +13,7 @@ std::string format_location(const std::source_location& loc) {
 
 std::string error_message(std::string_view op, std::string_view message,
                           const std::source_location& loc) {
-  return fmt::format("[{}] {} — at {}", op, message, format_location(loc));
+  return fmt::format("[{}] {} — at {}", op, message, describe_call_site(loc));
 }
 
 void throw_error(std::string_view op, std::string_view message, const std::source_location& loc) {

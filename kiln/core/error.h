@@ -24,7 +24,7 @@ class InternalError : public std::logic_error {
 // "file.cpp:42" for a call site (the file's base name keeps messages short).
 std::string format_location(const std::source_location& loc);
 
-// Builds "[op] message — at file:line".
+// Builds "[op] message — at file:line", the line being the user's (Note [user call site]).
 std::string error_message(std::string_view op, std::string_view message,
                           const std::source_location& loc);
 

@@ -6,9 +6,18 @@
 
 namespace kiln {
 
-int64_t shape_numel(const Shape& shape) {
+int64_t shape_numel(const Shape& shape, std::string_view op, const std::source_location& loc) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  bool overflow = false;
+  for (int64_t s : shape) {
+    if (s < 0) fail(op, loc, "expected non-negative sizes, but got shape {}", shape_str(shape));
+    overflow = __builtin_mul_overflow(n, s, &n) || overflow;
+  }
+  if (overflow) {
+    // A size-0 dim makes the count 0 whatever the other sizes are (as in PyTorch).
+    if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) return 0;
+    fail(op, loc, "expected at most 2^63 - 1 elements, but shape {} has more", shape_str(shape));
+  }
   return n;
 }
 
@@ -39,19 +48,33 @@ int64_t wrap_dim(int64_t dim, int64_t rank, std::string_view op, const std::sour
   return dim < 0 ? dim + r : dim;
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op,
-                       const std::source_location& loc) {
+namespace {
+Shape broadcast_impl(const Shape& a, const Shape& b, std::string_view op,
+                     const std::source_location& loc, const DType* a_dtype, const DType* b_dtype) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      fail(op, loc, "expected shapes that broadcast, but got {} and {} (dimension {} is {} vs {})",
-           shape_str(a), shape_str(b), static_cast<int64_t>(i) - static_cast<int64_t>(n), da, db);
+      fail(op, loc,
+           "expected shapes that broadcast, but got {}{} and {}{} (dimension {} is {} vs {})",
+           a_dtype ? dtype_name(*a_dtype) : "", shape_str(a), b_dtype ? dtype_name(*b_dtype) : "",
+           shape_str(b), static_cast<int64_t>(i) - static_cast<int64_t>(n), da, db);
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op,
+                       const std::source_location& loc) {
+  return broadcast_impl(a, b, op, loc, nullptr, nullptr);
+}
+
+Shape broadcast_shapes(const Shape& a, DType a_dtype, const Shape& b, DType b_dtype,
+                       std::string_view op, const std::source_location& loc) {
+  return broadcast_impl(a, b, op, loc, &a_dtype, &b_dtype);
 }
 
 }  // namespace kiln

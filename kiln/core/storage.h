@@ -7,6 +7,7 @@
 #include <source_location>
 #include <string>
 
+#include "kiln/core/call_site.h"
 #include "kiln/core/device.h"
 
 namespace kiln {
@@ -52,7 +53,7 @@ class Storage {
   void bump_version(std::string op, const std::source_location& loc) {
     ++version_;
     last_writer_op_ = std::move(op);
-    last_writer_loc_ = loc;
+    last_writer_loc_ = user_location(loc);  // an in-place op inside a layer: the user's line
   }
   // Bumped when an in-place op rewrites the autograd history of a tensor on this storage; views
   // made before that point carry a stale grad_fn (see Note [stale views]).

@@ -1,6 +1,9 @@
 #include "kiln/core/tensor.h"
 
+#include <limits>
 #include <ostream>
+
+#include "kiln/core/allocator.h"
 
 namespace kiln {
 
@@ -129,16 +132,26 @@ template std::vector<int32_t> Tensor::to_vector<int32_t>(const Loc&) const;
 template std::vector<uint8_t> Tensor::to_vector<uint8_t>(const Loc&) const;
 template std::vector<bool> Tensor::to_vector<bool>(const Loc&) const;
 
-Tensor empty(Shape shape, TensorOptions options) {
-  for (int64_t s : shape)
-    if (s < 0)
-      fail("empty", Loc::current(), "expected non-negative sizes, but got shape {}",
-           shape_str(shape));
-  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype);
-  auto storage = std::make_shared<Storage>(nbytes, options.device);
+Tensor empty(Shape shape, TensorOptions options, const Loc& loc) {
+  return detail::empty_for("empty", std::move(shape), options, loc);
+}
+
+Tensor detail::empty_for(std::string_view op, Shape shape, TensorOptions options, const Loc& loc) {
+  const int64_t numel = shape_numel(shape, op, loc);
+  size_t nbytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(numel), itemsize(options.dtype), &nbytes) ||
+      nbytes > static_cast<size_t>(std::numeric_limits<int64_t>::max()))
+    fail(op, loc, "shape {} of {} needs more bytes than can be addressed ({} elements)",
+         shape_str(shape), dtype_name(options.dtype), numel);
   if (options.memory_format == MemoryFormat::kChannelsLast && shape.size() != 4)
-    fail("empty", Loc::current(), "expected a shape of rank 4 for channels-last memory, but got {}",
+    fail(op, loc, "expected a shape of rank 4 for channels-last memory, but got {}",
          shape_str(shape));
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = std::make_shared<Storage>(nbytes, options.device);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(error_message(op, e.detail(), loc), e.detail());
+  }
   Strides strides = options.memory_format == MemoryFormat::kChannelsLast
                         ? channels_last_strides(shape)
                         : contiguous_strides(shape);

@@ -46,7 +46,9 @@ class TensorImpl {
         shape_(std::move(shape)),
         strides_(std::move(strides)),
         offset_(offset),
-        dtype_(dtype) {}
+        dtype_(dtype) {
+    shape_numel(shape_, "tensor");  // every tensor's element count fits in int64
+  }
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;
@@ -207,7 +209,11 @@ class Tensor {
 
 // Allocates an uninitialized tensor with contiguous strides, or channels-last ones when
 // options.memory_format asks (no memory on meta).
-Tensor empty(Shape shape, TensorOptions options = {});
+Tensor empty(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::current());
+namespace detail {
+// empty() whose errors (sizes, out of memory) name `op`: the factories' common allocation.
+Tensor empty_for(std::string_view op, Shape shape, TensorOptions options, const Loc& loc);
+}  // namespace detail
 // A new tensor handle over the same storage with the given geometry (a view).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/io/regular_file.h"
 #include "kiln/ops/binary.h"
 
 namespace kiln::data {
@@ -47,8 +48,7 @@ int64_t count_records(const char* op, const std::string& path, const Loc& loc) {
 // Reads `n` records of `path` into pixels [n, 3072] and labels [n], validating the labels.
 void read_records(const char* op, const std::string& path, int64_t n, uint8_t* pixels,
                   int64_t* labels, const Loc& loc) {
-  File file(std::fopen(path.c_str(), "rb"));
-  if (!file) fail(op, loc, "cannot open '{}': {}", path, std::strerror(errno));
+  File file(io::open_regular_file(path, op, loc).release_to_stdio(op, path, loc));
   constexpr int64_t kChunk = 512;  // records per read
   std::vector<uint8_t> buffer(kChunk * kRecord);
   for (int64_t first = 0; first < n; first += kChunk) {

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "kiln/core/error.h"
+#include "kiln/io/regular_file.h"
 #include "kiln/ops/factories.h"
 
 namespace kiln::data {
@@ -192,12 +193,8 @@ class CsvReader {
   }
 
   std::string slurp() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) fail("read_csv", loc_, "cannot open '{}': {}", path_, std::strerror(errno));
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) fail("read_csv", loc_, "cannot read '{}': {}", path_, std::strerror(errno));
-    return std::move(buffer).str();
+    std::vector<uint8_t> bytes = io::read_regular_file(path_, "read_csv", loc_);
+    return std::string(bytes.begin(), bytes.end());
   }
 
   void resolve_target() {

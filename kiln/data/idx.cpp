@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "kiln/io/regular_file.h"
+
 namespace kiln::data {
 
 namespace {
@@ -16,8 +18,10 @@ namespace {
 class Reader {
  public:
   Reader(const std::string& path, const Loc& loc) : path_(path), loc_(loc) {
-    file_ = gzopen(path.c_str(), "rb");
+    io::RegularFile file = io::open_regular_file(path, "read_idx", loc);
+    file_ = gzdopen(file.fd(), "rb");
     if (!file_) fail("read_idx", loc, "cannot open '{}': {}", path, std::strerror(errno));
+    file.release();  // gzclose closes it
   }
   ~Reader() { gzclose(file_); }
   Reader(const Reader&) = delete;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/io/regular_file.h"
 
 namespace kiln::data {
 namespace {
@@ -282,15 +283,7 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
 }
 
 Tensor decode_image(const std::string& path, ImageMode mode, const Loc& loc) {
-  if (std::filesystem::is_directory(path))
-    fail("decode_image", loc, "cannot read '{}': it is a directory", path);
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail("decode_image", loc, "cannot open '{}': {}", path, std::strerror(errno));
-  auto size = static_cast<std::streamsize>(in.tellg());
-  std::vector<uint8_t> bytes(static_cast<size_t>(std::max<std::streamsize>(size, 0)));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size))
-    fail("decode_image", loc, "cannot read '{}': {}", path, std::strerror(errno));
+  std::vector<uint8_t> bytes = io::read_regular_file(path, "decode_image", loc);
   return decode_image_bytes(bytes, path, mode, loc);
 }
 

@@ -18,6 +18,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/data/pipeline.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/regular_file.h"
 
 namespace kiln::data {
 namespace {
@@ -101,11 +102,9 @@ struct FileCloser {
 class CacheReader {
  public:
   CacheReader(const std::string& path, const Loc& loc) : path_(path), loc_(loc) {
-    file_.reset(std::fopen(path.c_str(), "rb"));
-    if (!file_) fail(kOp, loc, "cannot open cache file '{}': {}", path, std::strerror(errno));
-    std::error_code ec;
-    uint64_t size = std::filesystem::file_size(path, ec);
-    if (ec) fail(kOp, loc, "cannot read the size of cache file '{}': {}", path, ec.message());
+    io::RegularFile file = io::open_regular_file(path, kOp, loc);
+    const uint64_t size = file.size();
+    file_.reset(file.release_to_stdio(kOp, path, loc));
     if (size < sizeof kMagic + kFooterBytes)
       fail(kOp, loc, "corrupt cache file '{}': {} bytes is too short (truncated?)", path, size);
     end_ = size - kFooterBytes;

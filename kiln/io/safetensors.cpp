@@ -16,6 +16,7 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/regular_file.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln::io {
@@ -445,13 +446,9 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes,
 
 SafetensorsFile load_safetensors(const std::string& path, const Loc& loc) {
   Reporter err("load_safetensors", path, loc);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) err("cannot open: {}", std::strerror(errno));
-  FileCloser closer(fd);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) err("cannot stat: {}", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) err("not a regular file");
-  uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  RegularFile file = open_regular_file(path, "load_safetensors", loc);
+  const int fd = file.fd();
+  const uint64_t file_size = file.size();
   if (file_size < 8)
     err("the file is {} bytes, shorter than the 8-byte header length field", file_size);
   uint8_t prefix[8];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/shape_ops.h"
@@ -39,10 +40,12 @@ void replace_tensor_data(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor Module::forward(const Tensor&) {
-  throw Error("[" + type_name_ + "] forward is not implemented for this module");
+  fail(type_name_, Loc::current(), "forward is not implemented for this module");
 }
 
-Tensor Module::operator()(const Tensor& input) {
+Tensor Module::operator()(const Tensor& input, const Loc& loc) {
+  // Errors raised inside forward (and the hooks) name the caller's line.
+  CallSiteScope call_site(loc);
   Tensor out = forward(input);
   // A copy: a hook may remove itself (or add others) while running.
   auto hooks = hooks_;

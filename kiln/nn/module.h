@@ -38,8 +38,8 @@ class Module {
   const std::string& type_name() const { return type_name_; }
 
   virtual Tensor forward(const Tensor& input);
-  // forward followed by the forward hooks.
-  Tensor operator()(const Tensor& input);
+  // forward followed by the forward hooks; errors raised inside name the caller's line (loc).
+  Tensor operator()(const Tensor& input, const Loc& loc = Loc::current());
 
   // --- registration (names must be new, non-empty and free of '.') --------------------------
   // Registers a leaf tensor; requires_grad is set on it. Returns the stored handle.

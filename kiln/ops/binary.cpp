@@ -132,7 +132,8 @@ class BinaryOp final : public Op {
   const char* name() const override { return Fn::kName; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    Shape shape = broadcast_shapes(in[0].shape(), in[1].shape(), name(), loc);
+    Shape shape =
+        broadcast_shapes(in[0].shape(), in[0].dtype(), in[1].shape(), in[1].dtype(), name(), loc);
     DType dt = result_type(in);
     if (std::is_same_v<Fn, DivFn> && !is_floating(dt)) dt = DType::Float32;  // true division
     if (dt == DType::Bool && (std::is_same_v<Fn, SubFn> || std::is_same_v<Fn, PowFn>))

@@ -104,7 +104,8 @@ class BoolBinaryOp final : public Op {
   const char* name() const override { return Fn::kName; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    Shape shape = broadcast_shapes(in[0].shape(), in[1].shape(), name(), loc);
+    Shape shape =
+        broadcast_shapes(in[0].shape(), in[0].dtype(), in[1].shape(), in[1].dtype(), name(), loc);
     return {{shape, DType::Bool, in[0].device()}};
   }
 
@@ -160,8 +161,10 @@ class WhereOp final : public Op {
     if (cond.dtype() != DType::Bool)
       fail(name(), loc, "expected a bool condition, but got {} (compare with ne(cond, 0.0) first)",
            cond.describe());
-    Shape shape = broadcast_shapes(in[1].shape(), in[2].shape(), name(), loc);
-    shape = broadcast_shapes(cond.shape(), shape, name(), loc);
+    Shape shape =
+        broadcast_shapes(in[1].shape(), in[1].dtype(), in[2].shape(), in[2].dtype(), name(), loc);
+    shape = broadcast_shapes(cond.shape(), DType::Bool, shape, result_type({in[1], in[2]}), name(),
+                             loc);
     return {{shape, result_type({in[1], in[2]}), cond.device()}};
   }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/profiler.h"
 
@@ -69,12 +70,19 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   if (meta) {
     for (const TensorMeta& m : metas)
       outputs.push_back(empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
-  } else if (detail::profiling_active()) {
-    detail::OpTimer timer(op->name());
-    outputs = op->forward(inputs, metas);
-    timer.set_flops(op->flops(inputs, outputs));
   } else {
-    outputs = op->forward(inputs, metas);
+    try {
+      if (detail::profiling_active()) {
+        detail::OpTimer timer(op->name());
+        outputs = op->forward(inputs, metas);
+        timer.set_flops(op->flops(inputs, outputs));
+      } else {
+        outputs = op->forward(inputs, metas);
+      }
+    } catch (const OutOfMemoryError& e) {
+      // The allocation happened inside the kernel; the user called this op at loc.
+      throw OutOfMemoryError(error_message(op->name(), e.detail(), loc), e.detail());
+    }
   }
   if (AnomalyMode::is_enabled()) {
     for (size_t i = 0; i < outputs.size(); ++i)

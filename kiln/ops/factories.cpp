@@ -68,16 +68,20 @@ T below_one() {
 
 }  // namespace
 
-Tensor zeros(Shape shape, TensorOptions options) {
-  return full(std::move(shape), 0.0, options);
+Tensor zeros(Shape shape, TensorOptions options, const Loc& loc) {
+  Tensor t = detail::empty_for("zeros", std::move(shape), options, loc);
+  fill_contiguous(t, 0.0);
+  return t;
 }
 
-Tensor ones(Shape shape, TensorOptions options) {
-  return full(std::move(shape), 1.0, options);
+Tensor ones(Shape shape, TensorOptions options, const Loc& loc) {
+  Tensor t = detail::empty_for("ones", std::move(shape), options, loc);
+  fill_contiguous(t, 1.0);
+  return t;
 }
 
-Tensor full(Shape shape, double value, TensorOptions options) {
-  Tensor t = empty(std::move(shape), options);
+Tensor full(Shape shape, double value, TensorOptions options, const Loc& loc) {
+  Tensor t = detail::empty_for("full", std::move(shape), options, loc);
   fill_contiguous(t, value);
   return t;
 }
@@ -257,19 +261,19 @@ Tensor random_floating(const char* op, Shape shape, TensorOptions options, Dist 
                        Generator* gen, const Loc& loc) {
   if (!is_floating(options.dtype))
     fail(op, loc, "expected a floating-point dtype, but got {}", dtype_name(options.dtype));
-  Tensor t = empty(std::move(shape), options);
+  Tensor t = detail::empty_for(op, std::move(shape), options, loc);
   fill_random(t, dist, gen ? *gen : default_generator());
   return t;
 }
 
 }  // namespace
 
-Tensor rand(Shape shape, TensorOptions options, Generator* gen) {
-  return random_floating("rand", std::move(shape), options, Dist::Uniform, gen, Loc::current());
+Tensor rand(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
+  return random_floating("rand", std::move(shape), options, Dist::Uniform, gen, loc);
 }
 
-Tensor randn(Shape shape, TensorOptions options, Generator* gen) {
-  return random_floating("randn", std::move(shape), options, Dist::Normal, gen, Loc::current());
+Tensor randn(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
+  return random_floating("randn", std::move(shape), options, Dist::Normal, gen, loc);
 }
 
 Tensor rand_like(const Tensor& like, Generator* gen) {
@@ -285,7 +289,7 @@ Tensor randn_like(const Tensor& like, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, Shape shape, TensorOptions options, Generator* gen,
                const Loc& loc) {
   if (low >= high) fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
-  Tensor t = empty(std::move(shape), options);
+  Tensor t = detail::empty_for("randint", std::move(shape), options, loc);
   const int64_t n = t.numel();
   if (t.is_meta() || n == 0) return t;
   Generator& g = gen ? *gen : default_generator();

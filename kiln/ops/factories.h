@@ -8,9 +8,9 @@
 
 namespace kiln {
 
-Tensor zeros(Shape shape, TensorOptions options = {});
-Tensor ones(Shape shape, TensorOptions options = {});
-Tensor full(Shape shape, double value, TensorOptions options = {});
+Tensor zeros(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::current());
+Tensor ones(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::current());
+Tensor full(Shape shape, double value, TensorOptions options = {}, const Loc& loc = Loc::current());
 // [start, end) by step; the dtype defaults to int64 when all three are integers, else float32
 // (pass options to choose).
 Tensor arange(double end, std::optional<TensorOptions> options = std::nullopt,
@@ -22,8 +22,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options =
 Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
 
 // Random tensors from the counter-based generator (default_generator() when none is given).
-Tensor rand(Shape shape, TensorOptions options = {}, Generator* gen = nullptr);
-Tensor randn(Shape shape, TensorOptions options = {}, Generator* gen = nullptr);
+Tensor rand(Shape shape, TensorOptions options = {}, Generator* gen = nullptr,
+            const Loc& loc = Loc::current());
+Tensor randn(Shape shape, TensorOptions options = {}, Generator* gen = nullptr,
+             const Loc& loc = Loc::current());
 // Integers in [low, high); int64 unless options say otherwise.
 Tensor randint(int64_t low, int64_t high, Shape shape,
                TensorOptions options = TensorOptions{DType::Int64}, Generator* gen = nullptr,

@@ -294,7 +294,8 @@ class MaskedFillOp final : public Op {
       fail(name(), loc, "expected a bool mask, but got mask {} for x {}", mask.describe(),
            x.describe());
     // As torch.masked_fill (out of place), x and mask broadcast with each other.
-    return {{broadcast_shapes(x.shape(), mask.shape(), name(), loc), x.dtype(), x.device()}};
+    return {{broadcast_shapes(x.shape(), x.dtype(), mask.shape(), mask.dtype(), name(), loc),
+             x.dtype(), x.device()}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {

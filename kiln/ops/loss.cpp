@@ -59,7 +59,7 @@ void check_pair(const char* op, const Tensor& input, const Tensor& target, const
   if (!is_floating(input.dtype()) || !is_floating(target.dtype()))
     fail(op, loc, "expected floating-point input and target, but got input {} and target {}",
          input.describe(), target.describe());
-  broadcast_shapes(input.shape(), target.shape(), op, loc);
+  broadcast_shapes(input.shape(), input.dtype(), target.shape(), target.dtype(), op, loc);
 }
 
 void check_same_shape(const char* op, const Tensor& input, const Tensor& target, const Loc& loc) {

@@ -71,6 +71,7 @@ std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_s
 
 Shape infer_size(Shape shape, int64_t numel, const char* op, const Tensor& x, const Loc& loc) {
   int64_t known = 1, infer_at = -1;
+  bool overflow = false;  // a product int64 cannot hold matches no tensor (unless a size is 0)
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer_at >= 0)
@@ -79,11 +80,13 @@ Shape infer_size(Shape shape, int64_t numel, const char* op, const Tensor& x, co
     } else if (shape[i] < 0) {
       fail(op, loc, "expected non-negative sizes, but got shape {}", shape_str(shape));
     } else {
-      known *= shape[i];
+      overflow = __builtin_mul_overflow(known, shape[i], &known) || overflow;
     }
   }
-  if (infer_at >= 0 && known != 0 && numel % known == 0) shape[infer_at] = numel / known;
-  if ((infer_at >= 0 && (known == 0 || numel % known != 0)) || (infer_at < 0 && known != numel))
+  // An overflowed product matches nothing below, unless a size is 0 (then the count is 0).
+  if (overflow && std::find(shape.begin(), shape.end(), int64_t{0}) == shape.end()) known = -1;
+  if (infer_at >= 0 && known > 0 && numel % known == 0) shape[infer_at] = numel / known;
+  if ((infer_at >= 0 && (known <= 0 || numel % known != 0)) || (infer_at < 0 && known != numel))
     fail(op, loc, "shape {} is invalid for input {} of {} elements", shape_str(shape), x.describe(),
          numel);
   return shape;
@@ -252,6 +255,7 @@ class ExpandOp final : public ViewOp {
              x.describe(), shape_str(shape_), i, have);
       }
     }
+    shape_numel(g.shape, "expand", loc);  // new leading dims may count more than int64 holds
     return g;
   }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

@@ -13,6 +13,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/io/regular_file.h"
 #include "kiln/io/safetensors.h"
 
 namespace kiln::train {
@@ -365,6 +366,7 @@ void CSVLogger::open() {
   if (file_.is_open()) file_.close();
   keys_.clear();
   header_done_ = false;
+  io::check_writable_path(path_, "CSVLogger", where());
   if (append_) {  // continue under the existing header (a resumed run)
     std::ifstream in(path_);
     std::string header;

@@ -19,6 +19,7 @@
 
 #include "kiln/core/rng.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/regular_file.h"
 #include "kiln/io/safetensors.h"
 
 namespace kiln::train {
@@ -191,29 +192,7 @@ void remove_stale_temp_dirs(const std::string& dir) {
 
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* op,
                                const Loc& loc) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(op, loc, "cannot open '{}': {}", path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) fail(op, loc, "cannot stat '{}': {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(op, loc, "'{}' is not a regular file", path);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > max_bytes)
-    fail(op, loc, "'{}' is {} bytes, more than the {} a checkpoint file of this kind may have",
-         path, size, max_bytes);
-  std::vector<uint8_t> bytes(size);
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t got = ::read(fd, bytes.data() + done, size - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail(op, loc, "cannot read '{}': {}", path, std::strerror(errno));
-    if (got == 0) fail(op, loc, "'{}' ended at byte {} while being read", path, done);
-    done += static_cast<uint64_t>(got);
-  }
-  return bytes;
+  return io::read_regular_file(path, op, loc, max_bytes);
 }
 
 // The deepest nesting of arrays and objects in JSON text. nlohmann's parser is iterative but

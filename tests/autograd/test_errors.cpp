@@ -31,7 +31,7 @@ TEST(Errors, BroadcastMismatchInAdd) {
   Tensor b = zeros({4});
   int line = __LINE__ + 1;
   std::string what = error_of([&] { add(a, b); });
-  expect_contains(what, {"[add]", "[2, 3]", "[4]", here(line)});
+  expect_contains(what, {"[add]", "float32[2, 3]", "float32[4]", here(line)});
   // The message format: "[op] ... — at file:line" with the location last.
   EXPECT_EQ(what.rfind("[add]", 0), 0u) << what;
   EXPECT_EQ(what.substr(what.size() - here(line).size()), here(line));
@@ -76,9 +76,12 @@ TEST(Errors, InPlaceModificationOfASavedTensor) {
   Tensor y = tanh(x);  // saves its output
   int add_line = __LINE__ + 1;
   y.add_(1.0);
+  int backward_line = __LINE__ + 1;
   std::string what = error_of([&] { sum(y).backward(); });
   expect_contains(what, {"[backward]", "'tanh'", "'add_'", "modified in place", here(tanh_line),
                          here(add_line)});
+  // The line of the backward() call comes last, as in every error.
+  EXPECT_TRUE(what.ends_with("— at " + here(backward_line))) << what;
 }
 
 TEST(Errors, SecondBackwardWithoutRetainGraph) {
@@ -86,8 +89,10 @@ TEST(Errors, SecondBackwardWithoutRetainGraph) {
   int exp_line = __LINE__ + 1;
   Tensor loss = sum(exp(x));
   loss.backward();
+  int backward_line = __LINE__ + 1;
   std::string what = error_of([&] { loss.backward(); });
   expect_contains(what, {"[backward]", "second time", "retain_graph", "'exp'", here(exp_line)});
+  EXPECT_TRUE(what.ends_with("— at " + here(backward_line))) << what;
   // grad() after backward on the same graph fails the same way.
   what = error_of([&] { grad({loss}, {x}); });
   expect_contains(what, {"second time", "retain_graph"});

@@ -337,7 +337,7 @@ TEST_F(AllocatorTest, MemoryLimitThrowsOutOfMemoryWithDiagnostics) {
     EXPECT_EQ(message,
               "[allocator] out of memory: tried to allocate 3.00 MiB (3145728 bytes) with a limit "
               "of 4.00 MiB; allocated 2.00 MiB, reserved 2.00 MiB, largest free block 0 B, "
-              "fragmentation 0.00 — call kiln::empty_cache() or lower the batch size");
+              "fragmentation 0.00; call kiln::empty_cache() or lower the batch size");
   }
 
   // A failed request leaves no trace in the counters.

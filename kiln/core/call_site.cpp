@@ -1,0 +1,185 @@
+#include "kiln/core/call_site.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <elfutils/libdwfl.h>
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+#ifndef KILN_LIBRARY_SOURCE_DIR
+#error "KILN_LIBRARY_SOURCE_DIR must name kiln's source folder (set by CMakeLists.txt)"
+#endif
+
+namespace kiln {
+
+namespace {
+
+thread_local std::vector<std::source_location> scopes;
+
+std::string base_name(std::string_view path) {
+  auto slash = path.find_last_of('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string demangle(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status),
+                                             std::free);
+  std::string s = status == 0 && out ? out.get() : name;
+  // "train_step(kiln::nn::Module&, ...)" reads better as "train_step".
+  if (auto paren = s.find('('); paren != std::string::npos && paren > 0) s.resize(paren);
+  return s;
+}
+
+// The base address of the module that holds `address` (0 when none).
+const void* module_base(const void* address) {
+  Dl_info info{};
+  return dladdr(address, &info) ? info.dli_fbase : nullptr;
+}
+
+const void* library_base() {
+  static const void* base = module_base(reinterpret_cast<const void*>(&is_library_location));
+  return base;
+}
+
+// Source lines from DWARF through elfutils' libdwfl: one session for the process, made on first
+// use and refreshed when an address falls outside every module it knows (a dlopen since).
+class LineTable {
+ public:
+  ~LineTable() {
+    if (dwfl_) dwfl_end(dwfl_);
+  }
+
+  struct Frame {
+    std::string file;  // empty when the module has no line information
+    int line = 0;
+    std::string function;
+    std::string binary;
+  };
+
+  std::optional<Frame> lookup(uintptr_t pc) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Dwfl_Module* mod = find_module(pc);
+    if (!mod) return std::nullopt;
+    Frame f;
+    const char* module_name =
+        dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    f.binary = module_name ? base_name(module_name) : "?";
+    if (const char* sym = dwfl_module_addrname(mod, pc)) f.function = demangle(sym);
+    if (Dwfl_Line* line = dwfl_module_getsrc(mod, pc)) {
+      int lineno = 0;
+      const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
+      if (file && lineno > 0) {
+        f.file = base_name(file);
+        f.line = lineno;
+      }
+    }
+    return f;
+  }
+
+ private:
+  Dwfl_Module* find_module(uintptr_t pc) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!dwfl_ || attempt == 1) report();
+      if (!dwfl_) return nullptr;
+      if (Dwfl_Module* mod = dwfl_addrmodule(dwfl_, pc)) return mod;
+    }
+    return nullptr;
+  }
+
+  void report() {
+    if (dwfl_) dwfl_end(dwfl_);
+    callbacks_.find_elf = dwfl_linux_proc_find_elf;
+    callbacks_.find_debuginfo = dwfl_standard_find_debuginfo;
+    dwfl_ = dwfl_begin(&callbacks_);
+    if (!dwfl_) return;
+    if (dwfl_linux_proc_report(dwfl_, getpid()) != 0 || dwfl_report_end(dwfl_, nullptr, nullptr)) {
+      dwfl_end(dwfl_);
+      dwfl_ = nullptr;
+    }
+  }
+
+  std::mutex mutex_;
+  Dwfl_Callbacks callbacks_{};
+  Dwfl* dwfl_ = nullptr;
+};
+
+LineTable& line_table() {
+  static LineTable* table = new LineTable();  // never destroyed: errors may be raised at exit
+  return *table;
+}
+
+// Steps 1 and 3 of Note [user call site]: the frames outside libkiln, innermost first.
+struct StackAnswer {
+  std::string exact;     // "file.cpp:42" of the first outside frame with a line
+  std::string function;  // "main (train)" of the first outside frame
+};
+
+StackAnswer outside_frames() {
+  StackAnswer answer;
+  void* pcs[64];
+  int n = backtrace(pcs, 64);
+  const void* lib = library_base();
+  if (!lib) return answer;
+  for (int i = 0; i < n; ++i) {
+    const void* base = module_base(pcs[i]);
+    if (base == lib) continue;
+    // A return address points after the call; the call itself is one byte earlier.
+    auto pc = reinterpret_cast<uintptr_t>(pcs[i]) - 1;
+    std::optional<LineTable::Frame> f = line_table().lookup(pc);
+    if (!f) continue;
+    if (answer.function.empty() && !f->function.empty())
+      answer.function = fmt::format("{} ({})", f->function, f->binary);
+    if (!f->file.empty()) {
+      answer.exact = fmt::format("{}:{}", f->file, f->line);
+      break;
+    }
+  }
+  return answer;
+}
+
+}  // namespace
+
+bool is_library_location(const std::source_location& loc) {
+  static constexpr std::string_view dir = KILN_LIBRARY_SOURCE_DIR;
+  return std::string_view(loc.file_name()).starts_with(dir);
+}
+
+CallSiteScope::CallSiteScope(const std::source_location& loc) : pushed_(!is_library_location(loc)) {
+  if (pushed_) scopes.push_back(loc);
+}
+
+CallSiteScope::~CallSiteScope() {
+  if (pushed_) scopes.pop_back();
+}
+
+std::source_location user_location(const std::source_location& loc) {
+  if (!is_library_location(loc) || scopes.empty()) return loc;
+  return scopes.back();
+}
+
+std::string describe_call_site(const std::source_location& loc) {
+  if (!is_library_location(loc)) return format_location(loc);
+  StackAnswer stack;
+  try {
+    stack = outside_frames();
+  } catch (...) {
+    // Formatting or allocation failed while describing another error: fall back below.
+  }
+  if (!stack.exact.empty()) return stack.exact;
+  if (!scopes.empty()) return format_location(scopes.back());
+  if (!stack.function.empty()) return stack.function;
+  return format_location(loc);
+}
+
+}  // namespace kiln
