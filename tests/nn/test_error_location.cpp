@@ -83,12 +83,13 @@ TEST(ErrorLocation, OperatorsNameTheUsersLine) {
 }
 
 TEST(ErrorLocation, OutOfMemoryInsideAnOpNamesTheOpAndTheLine) {
-  Tensor a = ones({512, 512});
-  set_memory_limit(memory_stats().allocated_bytes + 1024);
+  Tensor a = ones({2048, 2048});  // exp's output needs 16 MiB: a new segment
+  empty_cache();
+  set_memory_limit(memory_stats().reserved_bytes + 1024);
   const int line = __LINE__ + 1;
   std::string what = error_of([&] { (void)exp(a); });
   set_memory_limit(0);
-  expect_contains(what, {"[exp] out of memory", "1.00 MiB", "with a limit of"});
+  expect_contains(what, {"[exp] out of memory", "16.00 MiB", "with a limit of"});
   expect_at(what, here(line));
 }
 
