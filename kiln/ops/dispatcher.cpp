@@ -64,6 +64,8 @@ bool has_nonfinite(const Tensor& t) {
 std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {
   check_devices(*op, inputs, loc);
   std::vector<TensorMeta> metas = op->infer(inputs, loc);
+  // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
+  for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
   if (observer) observer(*op);
   bool meta = !inputs.empty() && inputs[0].is_meta();
   std::vector<Tensor> outputs;

@@ -153,7 +153,7 @@ Tensor arange(double start, double end, double step, std::optional<TensorOptions
          "expected a representable number of elements, but got {} from start={}, "
          "end={}, step={}",
          size_d, start, end, step);
-  Tensor t = empty(Shape{static_cast<int64_t>(size_d)}, opts);
+  Tensor t = detail::empty_for("arange", Shape{static_cast<int64_t>(size_d)}, opts, loc);
   if (t.is_meta()) return t;
   visit_dtype(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -188,7 +188,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options, 
   if (steps < 0) fail("linspace", loc, "expected steps >= 0, but got steps={}", steps);
   if (options.dtype == DType::Bool)
     fail("linspace", loc, "expected a numeric dtype, but got {}", dtype_name(options.dtype));
-  Tensor t = empty(Shape{steps}, options);
+  Tensor t = detail::empty_for("linspace", Shape{steps}, options, loc);
   if (t.is_meta() || steps == 0) return t;
   visit_dtype(options.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -207,11 +207,12 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options, 
   return t;
 }
 
-Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options, const Loc& loc) {
   int64_t cols = m.value_or(n);
   if (n < 0 || cols < 0)
-    fail("eye", Loc::current(), "expected non-negative sizes, but got n={}, m={}", n, cols);
-  Tensor t = zeros(Shape{n, cols}, options);
+    fail("eye", loc, "expected non-negative sizes, but got n={}, m={}", n, cols);
+  Tensor t = detail::empty_for("eye", Shape{n, cols}, options, loc);
+  fill_contiguous(t, 0.0);
   if (t.is_meta()) return t;
   visit_dtype(options.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -19,7 +19,8 @@ Tensor arange(double start, double end, double step = 1.0,
               std::optional<TensorOptions> options = std::nullopt, const Loc& loc = Loc::current());
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {},
                 const Loc& loc = Loc::current());
-Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {},
+           const Loc& loc = Loc::current());
 
 // Random tensors from the counter-based generator (default_generator() when none is given).
 Tensor rand(Shape shape, TensorOptions options = {}, Generator* gen = nullptr,

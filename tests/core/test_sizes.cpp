@@ -4,6 +4,7 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/pad.h"
 #include "kiln/ops/shape_ops.h"
 #include "tests/support/test_util.h"
 
@@ -41,6 +42,19 @@ TEST(Sizes, ElementCountOverflowIsAnError) {
                       (void)randint(0, 3, {k62, k62});
                     }})
     expect_contains(error_of(make), {"test_sizes.cpp"});
+}
+
+TEST(Sizes, EveryFactoryNamesItself) {
+  expect_contains(error_of([] { (void)eye(k40, k40); }), {"[eye]", "test_sizes.cpp"});
+  expect_contains(error_of([] { (void)linspace(0, 1, k62); }), {"[linspace]", "test_sizes.cpp"});
+}
+
+TEST(Sizes, AnOpWhoseOutputCannotBeCountedIsRefusedBeforeItsKernel) {
+  Tensor x = zeros({1, 1});
+  // Padding 2^40 on both dims of a matrix: 2^80 elements.
+  const int line = __LINE__ + 1;
+  std::string msg = error_of([&] { (void)pad(x, {k40, 0, k40, 0}); });
+  expect_contains(msg, {"[pad]", "2^63 - 1", "test_sizes.cpp:" + std::to_string(line)});
 }
 
 TEST(Sizes, ZeroSizedDimsMakeEmptyTensorsWhateverTheOtherSizes) {
