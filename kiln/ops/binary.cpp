@@ -139,6 +139,12 @@ class BinaryOp final : public Op {
     if (dt == DType::Bool && (std::is_same_v<Fn, SubFn> || std::is_same_v<Fn, PowFn>))
       fail(name(), loc, "expected numeric tensors, but got {} and {} (use logical_xor for bool)",
            in[0].describe(), in[1].describe());
+    // As PyTorch: subtracting a bool tensor from anything (or anything from one) is refused.
+    if (std::is_same_v<Fn, SubFn> && (in[0].dtype() == DType::Bool || in[1].dtype() == DType::Bool))
+      fail(name(), loc,
+           "expected numeric tensors, but got {} and {} (subtraction with a bool tensor is not "
+           "supported; to invert a mask use logical_not)",
+           in[0].describe(), in[1].describe());
     return {{shape, dt, in[0].device(), elementwise_format(in, shape)}};
   }
 

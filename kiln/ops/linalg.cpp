@@ -338,7 +338,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
     Tensor out = bmm(a3, b3, loc);
     Shape shape = lead;
     if (db == 2) shape.push_back(b.size(1));
-    return reshape(out, shape, loc);
+    return detail::release_view(reshape(out, shape, loc));  // Note [views of temporaries]
   }
   const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
   const int64_t m = am.size(-2), n = b.size(-1);
@@ -363,7 +363,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
   Tensor a3 = reshape(expand(am, with({m, k}), loc), {nb, m, k}, loc);
   Tensor b3 = reshape(expand(b, with({k, n}), loc), {nb, k, n}, loc);
   Tensor out = bmm(a3, b3, loc);
-  return reshape(out, da == 1 ? with({n}) : with({m, n}), loc);
+  return detail::release_view(reshape(out, da == 1 ? with({n}) : with({m, n}), loc));
 }
 
 namespace {

@@ -304,9 +304,15 @@ class ToDtypeOp final : public Op {
 
 Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
   Shape target = infer_size(shape, x.numel(), "reshape", x, loc);
-  if (!view_strides(x.shape(), x.strides(), target))
-    return call_op<ReshapeOp>({contiguous(x, loc)}, loc, "reshape", std::move(shape));
+  if (!view_strides(x.shape(), x.strides(), target))  // a copy: not a view of x
+    return detail::release_view(
+        call_op<ReshapeOp>({contiguous(x, loc)}, loc, "reshape", std::move(shape)));
   return call_op<ReshapeOp>({x}, loc, "reshape", std::move(shape));
+}
+
+Tensor detail::release_view(Tensor t) {
+  t.impl()->is_view_ = false;
+  return t;
 }
 
 Tensor view(const Tensor& x, Shape shape, const Loc& loc) {
@@ -318,7 +324,11 @@ Tensor permute(const Tensor& x, std::vector<int64_t> dims, const Loc& loc) {
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
-  if (x.dim() == 0) return x;
+  if (x.dim() == 0) {  // as PyTorch: dims in [-1, 0], and a new view, not the same handle
+    wrap_dim(d0, 0, "transpose", loc);
+    wrap_dim(d1, 0, "transpose", loc);
+    return permute(x, {}, loc);
+  }
   std::vector<int64_t> dims(x.dim());
   std::iota(dims.begin(), dims.end(), 0);
   std::swap(dims[wrap_dim(d0, x.dim(), "transpose", loc)],

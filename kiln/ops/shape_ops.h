@@ -42,4 +42,11 @@ Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc = Loc::current());
 // Shares storage, cuts history.
 Tensor detach(const Tensor& x);
 
+namespace detail {
+// Note [views of temporaries]: a view of a tensor that a function made and did not return (the
+// copy a non-viewable reshape makes, matmul's bmm output) is, for the user, a new tensor, as in
+// PyTorch: in-place ops on it are allowed. Clears t's view mark and returns t.
+Tensor release_view(Tensor t);
+}  // namespace detail
+
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Tensor's PyTorch-style methods (declared in core/tensor.h) and the in-place ops.
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/compare.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/reduce.h"
@@ -96,6 +97,13 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
   // x.mul_(x): the other operand is self too, and must be the same snapshot.
   Tensor other_in = other.defined() && other.is_same(self) ? input : other;
   Tensor result = compute(input, other_in);
+  // Note [overwriting history]: when the new values depend on nothing that requires grad
+  // (copy_ from a constant, fill_) but self did, self keeps requiring grad and its old history
+  // gets a zero gradient, as PyTorch's CopyBackwards gives (defect: the old history stayed
+  // attached and got the full gradient). where(true, result, old) is that node.
+  if (recording && self.requires_grad() && !result.requires_grad())
+    result = kiln::where(scalar_tensor(1.0, {DType::Bool}),
+                         kiln::to_dtype(result, self.dtype(), loc), kiln::clone(self, loc), loc);
   if (result.shape() != self.shape())
     fail(name, loc,
          "expected a result of the modified tensor's shape {}, but got {} (in-place ops "
@@ -105,6 +113,11 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
     fail(name, loc,
          "expected a result castable to {}, but got {} (cannot write floats into an "
          "integer tensor in place)",
+         self.describe(), result.describe());
+  if (self.dtype() == DType::Bool && result.dtype() != DType::Bool)
+    fail(name, loc,
+         "expected a result castable to {}, but got {} (cannot write numbers into a bool tensor "
+         "in place)",
          self.describe(), result.describe());
   if (!self.is_meta() && !result.is_same(self)) copy_into(self, result);
   self.storage()->bump_version(name, loc);
@@ -162,13 +175,15 @@ Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
   });
 }
 
-// fill_ and zero_ cut the history of the overwritten values: their gradient would be zero.
+// fill_ and zero_: the overwritten values get a zero gradient (Note [overwriting history]).
 Tensor& Tensor::fill_(double value, const Loc& loc) {
-  if (GradMode::is_enabled() && requires_grad() && is_leaf())
-    fail("fill_", loc,
-         "expected a tensor that does not require grad, but got a leaf {} that "
-         "requires grad; modify it under NoGradGuard",
-         describe());
+  if (GradMode::is_enabled() && requires_grad()) {
+    const Shape s = shape();
+    const TensorOptions options{dtype(), device()};
+    return apply_inplace(*this, "fill_", loc, false, Tensor(), [&](const Tensor&, const Tensor&) {
+      return full(s, value, options, loc);
+    });
+  }
   if (!is_meta()) {
     Tensor v = scalar_tensor(value, {dtype()});
     copy_into(*this, v);

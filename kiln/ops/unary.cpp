@@ -22,7 +22,8 @@ namespace {
 // Note [unary dtype policy]: a "floating" function (exp, tanh, gelu, ...) of an integer or bool
 // tensor computes in float32 and returns float32, like PyTorch. An "integral" function (neg, abs,
 // sign, relu, clamp) keeps integer dtypes; of those only sign accepts bool (PyTorch rejects the
-// rest, and neg points at logical_not). Integer tensors never require grad, so gradients are only
+// rest, and neg points at logical_not). gelu, silu and softplus accept floating tensors only, as
+// PyTorch's kernels do. Integer tensors never require grad, so gradients are only
 // ever asked of floating inputs.
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
@@ -37,11 +38,20 @@ struct UnaryDefaults {
 struct Floating : UnaryDefaults {
   static constexpr bool kKeepsIntegers = false;
   static constexpr bool kAcceptsBool = true;
+  static constexpr bool kFloatOnly = false;
+};
+
+// Activations that PyTorch defines for floating tensors only (gelu, silu, softplus): an integer
+// or bool input is an error, not a silent float32 computation.
+struct FloatingOnly : Floating {
+  static constexpr bool kAcceptsBool = false;
+  static constexpr bool kFloatOnly = true;
 };
 
 struct Integral : UnaryDefaults {
   static constexpr bool kKeepsIntegers = true;
   static constexpr bool kAcceptsBool = false;
+  static constexpr bool kFloatOnly = false;
 };
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
@@ -247,7 +257,7 @@ struct ErfFn : Floating {
   }
 };
 
-struct GeluFn : Floating {
+struct GeluFn : FloatingOnly {
   static constexpr const char* kName = "gelu";
   std::string approximate;
   bool use_tanh;
@@ -282,7 +292,7 @@ struct GeluFn : Floating {
   }
 };
 
-struct SiluFn : Floating {
+struct SiluFn : FloatingOnly {
   static constexpr const char* kName = "silu";
   template <class T>
   T apply(T x) const {
@@ -295,7 +305,7 @@ struct SiluFn : Floating {
   }
 };
 
-struct SoftplusFn : Floating {
+struct SoftplusFn : FloatingOnly {
   static constexpr const char* kName = "softplus";
   double beta, threshold;
   SoftplusFn(double b, double t) : beta(b), threshold(t) {}
@@ -339,6 +349,9 @@ class UnaryOp final : public Op {
     const Tensor& x = in[0];
     fn_.validate(name(), x, loc);
     DType dt = x.dtype();
+    if (Fn::kFloatOnly && !is_floating(dt))
+      fail(name(), loc, "expected a floating-point tensor, but got {} (as in PyTorch)",
+           x.describe());
     if (dt == DType::Bool && !Fn::kAcceptsBool) {
       if constexpr (std::is_same_v<Fn, NegFn>)
         fail(name(), loc, "negation of a bool tensor is not supported, use logical_not (got {})",

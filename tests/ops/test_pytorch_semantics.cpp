@@ -1,0 +1,126 @@
+// Regression tests for defects a differential fuzzer against PyTorch 1.13 found (issue 12): each
+// is the minimal repro, with PyTorch's answer as the expectation.
+#include <gtest/gtest.h>
+
+#include "kiln/autograd/engine.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary.h"
+#include "tests/support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::error_of;
+using test::expect_contains;
+using test::expect_values;
+using test::leaf;
+
+// 1. copy_ from a source that does not require grad: the old history gets a zero gradient.
+TEST(PytorchSemantics, CopyFromAConstantGivesTheOldHistoryAZeroGradient) {
+  Tensor a = leaf({2.0});
+  Tensor y = mul(a, 3.0);
+  y.copy_(tensor({5.0}, {DType::Float64}));
+  EXPECT_TRUE(y.requires_grad());
+  expect_values(y, {5.0});
+  sum(y).backward();
+  ASSERT_TRUE(a.grad().defined());
+  expect_values(a.grad(), {0.0});
+}
+
+TEST(PytorchSemantics, CopyFromASourceThatRequiresGradRoutesTheGradientToIt) {
+  Tensor a = leaf({2.0}), b = leaf({7.0});
+  Tensor y = mul(a, 3.0);
+  y.copy_(mul(b, 2.0));
+  sum(y).backward();
+  EXPECT_TRUE(!a.grad().defined() || a.grad().to_vector<double>()[0] == 0.0);
+  expect_values(b.grad(), {2.0});
+}
+
+// 8. fill_ / zero_ on a non-leaf that requires grad keep requires_grad, with a zero gradient.
+TEST(PytorchSemantics, FillOfANonLeafKeepsRequiresGrad) {
+  for (bool zero : {false, true}) {
+    Tensor a = leaf({1.0, 2.0});
+    Tensor y = mul(a, 3.0);
+    if (zero)
+      y.zero_();
+    else
+      y.fill_(4.0);
+    EXPECT_TRUE(y.requires_grad());
+    expect_values(y, {zero ? 0.0 : 4.0, zero ? 0.0 : 4.0});
+    y.retain_grad();
+    sum(mul(y, 2.0)).backward();
+    expect_values(a.grad(), {0.0, 0.0});
+    expect_values(y.grad(), {2.0, 2.0});
+  }
+}
+
+// 5. Results that are views only of kiln's own temporaries accept in-place ops.
+TEST(PytorchSemantics, InPlaceOnAMatmulResult) {
+  Tensor w = leaf({1.0, 2.0, 3.0, 4.0});
+  Tensor x = tensor({1.0, 1.0, 2.0, 0.5}, {DType::Float64});
+  Tensor m = matmul(reshape(x, {2, 2}), reshape(w, {2, 2}));
+  EXPECT_FALSE(m.is_view());
+  m.mul_(2.0);
+  sum(m).backward();
+  // d sum(2 X W) / dW = 2 X^T 1: rows of X summed per column.
+  expect_values(w.grad(), {6.0, 6.0, 3.0, 3.0});
+  Tensor v = matmul(tensor({1.0, 2.0}, {DType::Float64}), reshape(mul(w, 1.0), {2, 2}));
+  v.add_(1.0);  // 1-D @ 2-D
+}
+
+TEST(PytorchSemantics, InPlaceOnAReshapeThatCopied) {
+  Tensor w = leaf({1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
+  Tensor t = transpose(reshape(mul(w, 1.0), {2, 3}), 0, 1);  // non-contiguous [3, 2]
+  Tensor r = reshape(t, {6});                                // a copy
+  EXPECT_FALSE(r.is_view());
+  r.mul_(tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {DType::Float64}));
+  sum(r).backward();
+  // r[i] = t.flat[i] * (i + 1); t.flat = [w0, w3, w1, w4, w2, w5].
+  expect_values(w.grad(), {1.0, 3.0, 5.0, 2.0, 4.0, 6.0});
+  // A reshape that is a view stays one.
+  Tensor base = mul(w, 1.0);
+  EXPECT_TRUE(reshape(base, {3, 2}).is_view());
+}
+
+// 7. Dtype and rank checks PyTorch makes.
+TEST(PytorchSemantics, InPlaceNumbersIntoABoolTensorAreRefused) {
+  Tensor b = tensor(std::vector<bool>{true, false});
+  expect_contains(error_of([&] { b.mul_(3.0); }), {"[mul_]", "bool", "castable"});
+  expect_contains(error_of([&] { b.add_(tensor(std::vector<int64_t>{1, 2})); }), {"[add_]"});
+  b.copy_(tensor({0.0, 2.0}));  // assignment converts, as in PyTorch
+  EXPECT_EQ(b.to_vector<bool>(), (std::vector<bool>{false, true}));
+}
+
+TEST(PytorchSemantics, TransposeOfAScalarChecksDimsAndMakesANewView) {
+  Tensor s = scalar_tensor(1.0);
+  expect_contains(error_of([&] { (void)transpose(s, 0, 5); }), {"[transpose]", "range"});
+  Tensor t = transpose(s, 0, -1);
+  EXPECT_FALSE(t.is_same(s));
+  EXPECT_EQ(t.dim(), 0);
+  EXPECT_FALSE(s.t().is_same(s));
+}
+
+TEST(PytorchSemantics, SubtractionWithABoolTensorIsRefused) {
+  Tensor f = tensor({1.0, 2.0}), b = tensor(std::vector<bool>{true, false});
+  Tensor i = tensor(std::vector<int64_t>{1, 2});
+  for (auto [x, y] : {std::pair{f, b}, std::pair{b, f}, std::pair{i, b}, std::pair{b, b}})
+    expect_contains(error_of([&] { (void)sub(x, y); }), {"[sub]", "bool"});
+}
+
+TEST(PytorchSemantics, FloatOnlyActivationsRefuseIntegerAndBoolTensors) {
+  Tensor i = tensor(std::vector<int64_t>{1, 2}), b = tensor(std::vector<bool>{true, false});
+  for (const Tensor& x : {i, b}) {
+    expect_contains(error_of([&] { (void)gelu(x); }), {"[gelu]", "floating-point"});
+    expect_contains(error_of([&] { (void)silu(x); }), {"[silu]", "floating-point"});
+    expect_contains(error_of([&] { (void)softplus(x); }), {"[softplus]", "floating-point"});
+  }
+  // exp, tanh and sigmoid of integers compute in float32, as PyTorch's do.
+  EXPECT_EQ(exp(i).dtype(), DType::Float32);
+}
+
+}  // namespace
+}  // namespace kiln
