@@ -83,9 +83,13 @@ struct PowFn {
   }
 };
 
-// Share of the gradient for `a` at ties: PyTorch splits it evenly between equal operands.
-Tensor tie_share(const Tensor& wins, const Tensor& ties, DType dt) {
-  return add(to_dtype(wins, dt), mul(to_dtype(ties, dt), 0.5));
+// Gradients of maximum / minimum, as PyTorch's: an operand gets g unless it lost (the other is
+// strictly larger for maximum, smaller for minimum), and half of g at ties. With a NaN operand
+// neither lost, so both get g (the NaN propagated from either).
+Grads extremum_grads(const Tensor& a_lost, const Tensor& b_lost, const Tensor& ties,
+                     const Tensor& g) {
+  Tensor shared = where(ties, mul(g, 0.5), g);
+  return {where(a_lost, 0.0, shared), where(b_lost, 0.0, shared)};
 }
 
 struct MaximumFn {
@@ -98,8 +102,7 @@ struct MaximumFn {
     return a > b ? a : b;
   }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
-    Tensor share = tie_share(gt(a, b), eq(a, b), g.dtype());
-    return {mul(g, share), mul(g, sub(1.0, share))};
+    return extremum_grads(lt(a, b), gt(a, b), eq(a, b), g);
   }
 };
 
@@ -113,8 +116,7 @@ struct MinimumFn {
     return a < b ? a : b;
   }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
-    Tensor share = tie_share(lt(a, b), eq(a, b), g.dtype());
-    return {mul(g, share), mul(g, sub(1.0, share))};
+    return extremum_grads(gt(a, b), lt(a, b), eq(a, b), g);
   }
 };
 

@@ -15,6 +15,13 @@ Tensor pow(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
 Tensor minimum(const Tensor& a, const Tensor& b, const Loc& loc = Loc::current());
 
+// Note [C++ number operands]: C++ passes 2 and 2.0 as the same double, so kiln cannot tell an
+// integer literal from a floating one the way Python can. The rule kiln takes: a number with an
+// integral value (2, 2.0, -3.0) is an int64 scalar, any other (2.5, 1e-3, NaN, inf) a float64
+// scalar, so `int_tensor * 2` stays int64 and `int_tensor * 0.5` is float32, as in PyTorch. The
+// one difference from PyTorch: `int_tensor * 2.0` stays int64 (PyTorch gives float32); write
+// `to_dtype(t, DType::Float32) * 2.0` when a float result is wanted. Floating tensors are never
+// affected (`float32_tensor * 2` is float32).
 Tensor add(const Tensor& a, double b, const Loc& loc = Loc::current());
 Tensor sub(const Tensor& a, double b, const Loc& loc = Loc::current());
 Tensor mul(const Tensor& a, double b, const Loc& loc = Loc::current());

@@ -2,10 +2,13 @@
 // is the minimal repro, with PyTorch's answer as the expectation.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/norm.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
@@ -120,6 +123,31 @@ TEST(PytorchSemantics, FloatOnlyActivationsRefuseIntegerAndBoolTensors) {
   }
   // exp, tanh and sigmoid of integers compute in float32, as PyTorch's do.
   EXPECT_EQ(exp(i).dtype(), DType::Float32);
+}
+
+// 10. maximum / minimum with a NaN operand send the gradient to both sides.
+TEST(PytorchSemantics, ExtremaWithNaNSendTheGradientToBothSides) {
+  const double nan = std::nan("");
+  Tensor a = leaf({nan, 1.0, 2.0, 3.0}), b = leaf({1.0, nan, 2.0, 1.0});
+  sum(maximum(a, b)).backward();
+  expect_values(a.grad(), {1.0, 1.0, 0.5, 1.0});  // PyTorch 1.13's values
+  expect_values(b.grad(), {1.0, 1.0, 0.5, 0.0});
+  Tensor c = leaf({nan, 1.0, 2.0, 3.0}), d = leaf({1.0, nan, 2.0, 1.0});
+  sum(minimum(c, d)).backward();
+  expect_values(c.grad(), {1.0, 1.0, 0.5, 0.0});
+  expect_values(d.grad(), {1.0, 1.0, 0.5, 1.0});
+}
+
+// 11. A zero-variance row normalizes to exactly bias (PyTorch: 0 for layer_norm([-3.5], [1])).
+TEST(PytorchSemantics, LayerNormOfAConstantRowIsExactlyTheBias) {
+  EXPECT_EQ(layer_norm(tensor({-3.5}), {1}).to_vector<float>(), std::vector<float>{0.0f});
+  Tensor x = full({2, 37}, 0.1f);  // a vector body and a scalar tail
+  Tensor w = ones({37}), b = full({37}, 0.25);
+  for (float v : layer_norm(x, {37}, w, b).to_vector<float>()) EXPECT_EQ(v, 0.25f);
+  for (float v : group_norm(full({2, 4, 9}, -7.0), 2).to_vector<float>()) EXPECT_EQ(v, 0.0f);
+  for (float v : batch_norm(full({3, 2, 5}, 3.0), Tensor(), Tensor(), Tensor(), Tensor(), true)
+                     .to_vector<float>())
+    EXPECT_EQ(v, 0.0f);
 }
 
 }  // namespace
