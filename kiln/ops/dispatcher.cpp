@@ -1,6 +1,7 @@
 #include "kiln/ops/dispatcher.h"
 
 #include <cmath>
+#include <new>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
@@ -84,6 +85,23 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
     } catch (const OutOfMemoryError& e) {
       // The allocation happened inside the kernel; the user called this op at loc.
       throw OutOfMemoryError(error_message(op->name(), e.detail(), loc), e.detail());
+    } catch (const Error&) {
+      throw;
+    } catch (const InternalError&) {
+      throw;
+    } catch (const std::bad_alloc&) {
+      const std::string detail = "out of memory: a library the kernel uses could not allocate";
+      throw OutOfMemoryError(error_message(op->name(), detail, loc), detail);
+    } catch (const std::exception& e) {
+      // Note [library exceptions]: a library's own exception (a dnnl::error, a std::length_error)
+      // never reaches the user raw; a kernel that lets one escape has a bug, so it is reported as
+      // an InternalError naming the op, the inputs and the line.
+      std::string ins;
+      for (const Tensor& t : inputs) ins += (ins.empty() ? "" : ", ") + t.describe();
+      throw InternalError(error_message(
+          op->name(),
+          fmt::format("kiln internal error: the kernel raised '{}' for inputs {}", e.what(), ins),
+          loc));
     }
   }
   if (AnomalyMode::is_enabled()) {

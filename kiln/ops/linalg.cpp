@@ -80,6 +80,9 @@ std::optional<MatDesc> describe_operand(const Tensor& t) {
     b = 1;
     sb = r * c;
   }
+  // oneDNN also wants each matrix to end before the next begins by its outer stride (a batch
+  // stride of 26 for 7 rows of stride 4 is refused though no element overlaps: a row slice).
+  if (sb < (row_major ? r * sr : c * sc)) return std::nullopt;
   return MatDesc{{b, r, c}, {sb, sr, sc}};
 }
 
@@ -151,7 +154,12 @@ void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
                           dims_key(db->strides) + dims_key(c_dims) + "|" +
                           std::to_string(omp_get_max_threads());
   MatmulEntry e = matmul_cache().get_or_create(key, [&] {
-    MatmulEntry built = build_matmul(*da, *db, c_dims);
+    MatmulEntry built;
+    try {
+      built = build_matmul(*da, *db, c_dims);
+    } catch (const dnnl::error&) {
+      built.copy_inputs = true;  // a layout oneDNN refuses: copy it to a contiguous one
+    }
     if (!built.copy_inputs) return built;
     MatmulEntry plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims);
     plain.copy_inputs = true;

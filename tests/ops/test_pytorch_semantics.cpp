@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/norm.h"
@@ -123,6 +125,40 @@ TEST(PytorchSemantics, FloatOnlyActivationsRefuseIntegerAndBoolTensors) {
   }
   // exp, tanh and sigmoid of integers compute in float32, as PyTorch's do.
   EXPECT_EQ(exp(i).dtype(), DType::Float32);
+}
+
+// 4. A layout oneDNN refuses falls back to a copy, and no library exception escapes raw.
+TEST(PytorchSemantics, BmmOfARowSliceThatOneDnnRefuses) {
+  Tensor a = reshape(arange(42.0, TensorOptions{DType::Float32}), {3, 2, 7});
+  Tensor b = slice(reshape(arange(78.0, TensorOptions{DType::Float32}), {3, 13, 2}), 1, 0,
+                   std::nullopt, 2);
+  Tensor got = bmm(a, b);
+  Tensor want = bmm(contiguous(a), contiguous(b));
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(bmm(ones({3, 2, 7}), slice(ones({3, 13, 2}), 1, 0, std::nullopt, 2)).to_vector<float>(),
+            std::vector<float>(12, 7.0f));
+}
+
+struct ThrowingOp final : Op {
+  const char* name() const override { return "throwing"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), in[0].dtype(), in[0].device()}};
+  }
+  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>&) const override {
+    throw std::length_error("vector::reserve");
+  }
+};
+
+TEST(PytorchSemantics, ALibraryExceptionInAKernelBecomesAnInternalErrorNamingTheOp) {
+  int line = 0;
+  try {
+    line = __LINE__ + 1;
+    (void)dispatch1(std::make_shared<ThrowingOp>(), {ones({2})}, Loc::current());
+    ADD_FAILURE() << "expected InternalError";
+  } catch (const InternalError& e) {
+    expect_contains(e.what(), {"[throwing]", "vector::reserve", "float32[2]",
+                               "test_pytorch_semantics.cpp:" + std::to_string(line)});
+  }
 }
 
 // 10. maximum / minimum with a NaN operand send the gradient to both sides.
