@@ -131,9 +131,15 @@ StackAnswer outside_frames() {
   int n = backtrace(pcs, 64);
   const void* lib = library_base();
   if (!lib) return answer;
+  // Frames before the first libkiln one are the unwinder's (a sanitizer intercepts backtrace()).
+  bool seen_library = false;
   for (int i = 0; i < n; ++i) {
     const void* base = module_base(pcs[i]);
-    if (base == lib) continue;
+    if (base == lib) {
+      seen_library = true;
+      continue;
+    }
+    if (!seen_library) continue;
     // A return address points after the call; the call itself is one byte earlier.
     auto pc = reinterpret_cast<uintptr_t>(pcs[i]) - 1;
     std::optional<LineTable::Frame> f = line_table().lookup(pc);

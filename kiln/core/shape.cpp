@@ -1,6 +1,7 @@
 #include "kiln/core/shape.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "kiln/core/error.h"
 
@@ -26,7 +27,10 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    // Only a tensor with a size-0 dim (numel 0, checked by shape_numel) can have sizes whose
+    // product overflows; its strides address nothing, so they saturate instead.
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(shape[i], 1), &acc))
+      acc = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }

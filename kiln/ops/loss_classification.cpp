@@ -234,6 +234,9 @@ class CrossEntropyOp final : public Op {
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
       z = eps > 0 ? add(mul(onehot, 1 - eps), mul(to_dtype(valid, x.dtype()), uniform)) : onehot;
       denom = sum(has_weight ? mul(onehot, wv) : onehot);
+      // Every target ignored (or weighted 0): the loss is 0 / 0 = nan, as in PyTorch, but no
+      // element contributes, so the gradient is 0, as PyTorch's; dividing by 0 would make it nan.
+      denom = where(eq(denom, 0.0), 1.0, denom);
     }
     const Tensor y = has_weight ? mul(z, wv) : z;
     Tensor gs = g;  // the upstream gradient times the reduction's scale, broadcastable to x

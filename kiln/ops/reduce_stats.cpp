@@ -1,5 +1,6 @@
 // Statistics composed of the primitive reductions (reduce.cpp): var, std, logsumexp and norm.
-// They have no Op of their own; autograd flows through their parts.
+// They have no Op of their own; autograd flows through their parts, arranged so that the
+// gradients are PyTorch's also at the singular points (zero norms, zero deviations).
 #include <cmath>
 #include <limits>
 
@@ -19,21 +20,40 @@ void require_floating(const char* op, const Tensor& x, const Loc& loc) {
   if (!is_floating(x.dtype()))
     fail(op, loc, "expected a floating-point input, but got {}", x.describe());
 }
+
+// Note [zero-safe powers]: x^e for e > 0 has the derivative e x^(e-1), infinite at x = 0 when
+// e < 1, and the chain rule multiplies it by a zero (the 2x of a squared norm, the sign of |x|),
+// giving nan. PyTorch's norm and std backward define the gradient there as 0; so does this:
+// x^e where x != 0, and exactly 0 with a zero gradient where x == 0.
+Tensor pow_zero_safe(const Tensor& x, double e, const Loc& loc) {
+  const Tensor zero = eq(x, 0.0, loc);
+  const Tensor safe = where(zero, 1.0, x, loc);
+  return where(zero, 0.0, e == 0.5 ? sqrt(safe, loc) : pow(safe, e, loc), loc);
+}
 }  // namespace
 
 // Two passes (mean, then squared deviations) rather than sum(x^2) - n*mean^2, which cancels.
-// The divisor is max(0, N - correction), so too few elements give inf or nan like PyTorch.
+// The divisor is max(0, N - correction), so too few elements give inf or nan like PyTorch. The
+// gradient is PyTorch's, 2 (x - mean) / (N - correction): with correction > N it is finite although
+// the value is inf (the divisor is clamped only in the value).
 Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim, const Loc& loc) {
   require_floating("var", x, loc);
   detail::ReduceDims rd = detail::normalize_reduce_dims("var", x, dims, keepdim, loc);
-  Tensor d = sub(x, mean(x, dims, true, loc), loc);
+  const int64_t dof = rd.count - correction;
+  // With dof <= 0 the gradient is PyTorch's formula exactly, which does not pass through the
+  // mean (its share is 0 analytically, but inf - inf = nan numerically).
+  Tensor m = mean(x, dims, true, loc);
+  Tensor d = sub(x, dof > 0 ? m : detach(m), loc);
   Tensor ss = sum(mul(d, d, loc), dims, keepdim, loc);
-  return div(ss, static_cast<double>(std::max<int64_t>(0, rd.count - correction)), loc);
+  if (dof >= 0) return div(ss, static_cast<double>(dof), loc);
+  const Tensor for_grad = div(ss, static_cast<double>(dof), loc);
+  return add(detach(div(ss, 0.0, loc)), sub(for_grad, detach(for_grad), loc), loc);
 }
 
+// The gradient where std is 0 (a constant or single-element reduction) is 0, as PyTorch's.
 Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim, const Loc& loc) {
   require_floating("std", x, loc);
-  return sqrt(var(x, dims, correction, keepdim, loc), loc);
+  return pow_zero_safe(var(x, dims, correction, keepdim, loc), 0.5, loc);
 }
 
 // Note [logsumexp shift]: m = max(x) is subtracted before exp so that nothing overflows. It is
@@ -54,15 +74,18 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim, const Loc& loc
 }
 
 // p = 2 and p = 1 avoid pow for speed and exactness; p = 0 counts non-zeros (no gradient).
-// At x = 0 the p = 2 gradient is nan (sqrt'(0) * 0), where PyTorch special-cases it to 0.
+// For p > 0 the gradient at zero entries and at a zero norm is 0, as PyTorch's (Note [zero-safe
+// powers]), not nan.
 Tensor norm(const Tensor& x, double p, const Dims& dims, bool keepdim, const Loc& loc) {
   require_floating("norm", x, loc);
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  if (p == 2.0) return sqrt(sum(mul(x, x, loc), dims, keepdim, loc), loc);
+  if (p == 2.0) return pow_zero_safe(sum(mul(x, x, loc), dims, keepdim, loc), 0.5, loc);
   if (p == 1.0) return sum(abs(x, loc), dims, keepdim, loc);
   if (p == kInf) return max(abs(x, loc), dims, keepdim, loc);
   if (p == -kInf) return min(abs(x, loc), dims, keepdim, loc);
   if (p == 0.0) return to_dtype(sum(ne(x, 0.0, loc), dims, keepdim, loc), x.dtype(), loc);
+  if (p > 0.0)
+    return pow_zero_safe(sum(pow_zero_safe(abs(x, loc), p, loc), dims, keepdim, loc), 1.0 / p, loc);
   return pow(sum(pow(abs(x, loc), p, loc), dims, keepdim, loc), 1.0 / p, loc);
 }
 

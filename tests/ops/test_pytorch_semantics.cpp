@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <stdexcept>
 
 #include "kiln/autograd/engine.h"
@@ -10,6 +12,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/loss.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -125,6 +128,70 @@ TEST(PytorchSemantics, FloatOnlyActivationsRefuseIntegerAndBoolTensors) {
   }
   // exp, tanh and sigmoid of integers compute in float32, as PyTorch's do.
   EXPECT_EQ(exp(i).dtype(), DType::Float32);
+}
+
+// 3. Gradients at singular points are PyTorch's (0, or its +-inf / -0), not nan.
+std::vector<double> grad_of(const std::function<Tensor(const Tensor&)>& f,
+                            std::initializer_list<double> values) {
+  Tensor x = leaf(values);
+  sum(f(x)).backward();
+  return x.grad().to_vector<double>();
+}
+
+void expect_same(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "at " << i << ": " << got[i];
+    } else {
+      EXPECT_EQ(got[i], want[i]) << "at " << i;
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << "sign at " << i;
+    }
+  }
+}
+
+#define EXPECT_SAME(got, ...)      \
+  do {                             \
+    SCOPED_TRACE(#got);            \
+    expect_same(got, __VA_ARGS__); \
+  } while (0)
+
+TEST(PytorchSemantics, VarStdAndNormGradientsAtSingularPoints) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  auto v = [](int64_t c) { return [c](const Tensor& x) { return var(x, {0}, c); }; };
+  auto s = [](int64_t c) { return [c](const Tensor& x) { return kiln::std(x, {0}, c); }; };
+  // The expectations are PyTorch 1.13's (torch.var / torch.std with dim=0, correction=c).
+  EXPECT_SAME(grad_of(s(1), {2.0, 2.0, 2.0}), {0.0, 0.0, 0.0});
+  EXPECT_SAME(grad_of(v(1), {2.0, 2.0, 2.0}), {0.0, 0.0, 0.0});
+  EXPECT_SAME(grad_of(s(0), {3.0}), {0.0});
+  EXPECT_SAME(grad_of(v(0), {3.0}), {0.0});
+  EXPECT_SAME(grad_of(v(1), {3.0}), {nan});
+  EXPECT_SAME(grad_of(v(2), {1.0, 2.0}), {-inf, inf});
+  EXPECT_SAME(grad_of(s(2), {1.0, 2.0}), {nan, nan});
+  EXPECT_SAME(grad_of(v(3), {1.0, 2.0}), {1.0, -1.0});
+  EXPECT_SAME(grad_of(s(3), {1.0, 2.0}), {0.0, -0.0});
+  EXPECT_SAME(grad_of(v(3), {3.0}), {-0.0});
+  EXPECT_TRUE(std::isinf(var(tensor({1.0, 2.0}, {DType::Float64}), {0}, 3).item<double>()));
+  // Norms.
+  EXPECT_SAME(grad_of([](const Tensor& x) { return norm(x); }, {0.0, 0.0}), {0.0, 0.0});
+  EXPECT_SAME(grad_of([](const Tensor& x) { return norm(x, 3.0); }, {0.0, 0.0}), {0.0, 0.0});
+  EXPECT_SAME(grad_of([](const Tensor& x) { return norm(x, 3.0); }, {0.0, 1.0}), {0.0, 1.0});
+  std::vector<double> g = grad_of([](const Tensor& x) { return norm(x, 0.5); }, {0.0, 2.5, -1.5});
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_NEAR(g[1], 1.7745966692414832, 1e-12);
+  EXPECT_NEAR(g[2], -2.290994448735806, 1e-12);
+}
+
+TEST(PytorchSemantics, CrossEntropyWithEveryTargetIgnoredHasAZeroGradient) {
+  for (double smoothing : {0.0, 0.1}) {
+    Tensor x = zeros({3, 4}, {DType::Float64});
+    x.set_requires_grad(true);
+    Tensor loss = cross_entropy(x, tensor(std::vector<int64_t>{-100, -100, -100}), Tensor(), -100,
+                                Reduction::Mean, smoothing);
+    EXPECT_TRUE(std::isnan(loss.item<double>()));  // 0 / 0, as PyTorch's
+    loss.backward();
+    for (double v : x.grad().to_vector<double>()) EXPECT_EQ(v, 0.0);
+  }
 }
 
 // 4. A layout oneDNN refuses falls back to a copy, and no library exception escapes raw.
