@@ -48,15 +48,18 @@ Resize resolve(const char* op, const Shape& in, const InterpolateOptions& o, con
     fail(op, loc, "expected mode \"nearest\" or \"bilinear\", but got \"{}\" for {}", o.mode,
          t.describe());
   r.bilinear = o.mode == "bilinear";
-  r.coordinate_mode = o.coordinate_mode.empty() ? (r.bilinear ? "pytorch_half_pixel" : "asymmetric")
-                                                : o.coordinate_mode;
+  r.coordinate_mode = o.coordinate_mode.empty()
+                          ? (r.bilinear ? "align_corners_false" : "asymmetric")
+                          : o.coordinate_mode;
   const std::string& c = r.coordinate_mode;
-  const bool known = r.bilinear ? (c == "align_corners" || c == "half_pixel" ||
-                                   c == "pytorch_half_pixel" || c == "asymmetric")
-                                : (c == "asymmetric" || c == "half_pixel");
+  const bool known = r.bilinear
+                         ? (c == "align_corners" || c == "align_corners_false" ||
+                            c == "half_pixel" || c == "pytorch_half_pixel" || c == "asymmetric")
+                         : (c == "asymmetric" || c == "half_pixel");
   if (!known)
     fail(op, loc, "expected a coordinate_mode of {} for mode \"{}\", but got \"{}\" for {}",
-         r.bilinear ? "\"align_corners\", \"half_pixel\", \"pytorch_half_pixel\" or \"asymmetric\""
+         r.bilinear ? "\"align_corners\", \"align_corners_false\", \"half_pixel\", "
+                      "\"pytorch_half_pixel\" or \"asymmetric\""
                     : "\"asymmetric\" or \"half_pixel\"",
          o.mode, c, t.describe());
   if (o.size.has_value() == o.scale_factor.has_value())
@@ -113,7 +116,7 @@ Taps make_taps(int64_t in, int64_t out, std::optional<double> factor, const Resi
     return t;
   }
   // PyTorch copies when the sizes match, whatever the scale factor; ONNX's modes do not.
-  const bool torch_mode = c == "align_corners" || c == "pytorch_half_pixel";
+  const bool torch_mode = c == "align_corners" || c == "align_corners_false";
   const double scale =
       c == "align_corners"
           ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
@@ -382,14 +385,19 @@ KILN_REGISTER_OP_SAMPLES("interpolate", [] {
        f + "size=(3, 2), mode='bilinear', align_corners=False)"},
       {"bilinear_scale_factor",
        {sample_tensor({2, 1, 3, 4}, 706)},
-       interp_fn(opts(std::nullopt, Scale{1.7, 0.6}, "bilinear", "pytorch_half_pixel")),
+       interp_fn(opts(std::nullopt, Scale{1.7, 0.6}, "bilinear", "align_corners_false")),
        f + "scale_factor=(1.7, 0.6), mode='bilinear', align_corners=False)"},
       {"bilinear_asymmetric",
        {sample_tensor({1, 2, 3, 4}, 707)},
        interp_fn(opts(Size{5, 7}, std::nullopt, "bilinear", "asymmetric")),
        torch_asymmetric(1, 3, 4, 5, 7)},
-      // half_pixel differs from pytorch_half_pixel only for an output size of 1: H 4 -> 1
-      // samples src = 1.5 (the mean of rows 1 and 2), W 3 -> 3 is the identity.
+      // PyTorch's align_corners=False at an output size of 1: H 4 -> 1 samples the centre,
+      // src = 1.5 (the mean of rows 1 and 2), as half_pixel; ONNX's pytorch_half_pixel would
+      // take row 0.
+      {"bilinear_default_size_one",
+       {sample_tensor({1, 2, 4, 3}, 709)},
+       interp_fn(opts(Size{1, 3}, std::nullopt, "bilinear")),
+       f + "size=(1, 3), mode='bilinear', align_corners=False)"},
       {"bilinear_half_pixel_size_one",
        {sample_tensor({1, 2, 4, 3}, 708)},
        interp_fn(opts(Size{1, 3}, std::nullopt, "bilinear", "half_pixel")),

@@ -53,18 +53,38 @@ TEST(Interpolate, NearestDefaultsToPyTorchLegacy) {
 TEST(Interpolate, BilinearCoordinateModes) {
   Tensor x = tensor<double>({0, 1}, Shape{1, 1, 1, 2});
   expect_values(interpolate(x, size_opts(1, 3, "bilinear", "align_corners")), {0, 0.5, 1}, 1e-15);
-  // Default = pytorch_half_pixel: src = (o + 0.5) * 2 / 4 - 0.5, clamped at 0.
+  // Default = align_corners_false: src = (o + 0.5) * 2 / 4 - 0.5, clamped at 0.
   expect_values(interpolate(x, size_opts(1, 4, "bilinear")), {0, 0.25, 0.75, 1}, 1e-15);
+  expect_values(interpolate(x, size_opts(1, 4, "bilinear", "align_corners_false")),
+                {0, 0.25, 0.75, 1}, 1e-15);
   expect_values(interpolate(x, size_opts(1, 4, "bilinear", "pytorch_half_pixel")),
                 {0, 0.25, 0.75, 1}, 1e-15);
   expect_values(interpolate(x, size_opts(1, 4, "bilinear", "half_pixel")), {0, 0.25, 0.75, 1},
                 1e-15);
   expect_values(interpolate(x, size_opts(1, 4, "bilinear", "asymmetric")), {0, 0.5, 1, 1}, 1e-15);
-  // Output size 1: pytorch_half_pixel samples index 0, half_pixel the centre.
+  // Output size 1, each mode by its own definition: PyTorch's align_corners=False (the default)
+  // and ONNX's half_pixel sample the centre, ONNX's pytorch_half_pixel index 0, align_corners
+  // (PyTorch and ONNX) index 0, asymmetric index 0.
   Tensor c = tensor<double>({0, 1, 2, 3}, Shape{1, 1, 1, 4});
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear")), {1.5}, 1e-15);
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear", "align_corners_false")), {1.5}, 1e-15);
   expect_values(interpolate(c, size_opts(1, 1, "bilinear", "pytorch_half_pixel")), {0}, 0);
   expect_values(interpolate(c, size_opts(1, 1, "bilinear", "half_pixel")), {1.5}, 1e-15);
   expect_values(interpolate(c, size_opts(1, 1, "bilinear", "align_corners")), {0}, 0);
+  expect_values(interpolate(c, size_opts(1, 1, "bilinear", "asymmetric")), {0}, 0);
+  // The repro: [0, 1, 2] to size 1 is 1 in PyTorch, forward and gradient (all to index 1).
+  Tensor r = tensor<double>({0, 1, 2}, Shape{1, 1, 1, 3});
+  expect_values(interpolate(r, size_opts(1, 1, "bilinear")), {1}, 0);
+  expect_values(interpolate_backward(ones({1, 1, 1, 1}, {DType::Float64}), r.shape(),
+                                     size_opts(1, 1, "bilinear")),
+                {0, 1, 0}, 0);
+  // ONNX's pytorch_half_pixel is ONNX's: it uses the scale factor even when the size matches
+  // (5 * 1.1 floors to 5), where PyTorch's align_corners=False copies.
+  Tensor five = tensor<double>({0, 1, 2, 3, 4}, Shape{1, 1, 1, 5});
+  expect_values(interpolate(five, scale_opts(1.0, 1.1, "bilinear")), {0, 1, 2, 3, 4}, 0);
+  std::vector<double> onnx =
+      interpolate(five, scale_opts(1.0, 1.1, "bilinear", "pytorch_half_pixel")).to_vector<double>();
+  EXPECT_NEAR(onnx[4], 4.5 / 1.1 - 0.5, 1e-12);
 }
 
 TEST(Interpolate, ScaleFactorDrivesCoordinates) {
