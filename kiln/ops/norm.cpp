@@ -242,10 +242,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_running_stat("running_var", running_var, x, loc);
   const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
   if (training) {
-    if (per_channel <= 1)
+    if (per_channel == 1)
       fail("batch_norm", loc,
            "expected more than 1 value per channel when training, but got input {}", x.describe());
     std::vector<Tensor> out = run_norm(NormKind::kBatch, x, 0, weight, bias, eps, loc);
+    // An empty batch (N = 0) gives an empty output and leaves the running statistics as they
+    // were, as in PyTorch.
+    if (per_channel == 0) return out[0];
     NoGradGuard no_grad;
     const double n = static_cast<double>(per_channel);
     if (running_mean.defined()) {

@@ -54,8 +54,8 @@ class BatchNormBackwardOp final : public Op {
       for (const Tensor& t : in) c.push_back(contiguous(t));
     }
     const Tensor& x = c[1];
-    detail::BatchGeom geom{x.size(0), x.size(1), x.numel() / (x.size(0) * x.size(1))};
-    if (x.numel() == 0) geom.r = 0;
+    const int64_t rows = x.size(0) * x.size(1);  // 0 for an empty batch
+    detail::BatchGeom geom{x.size(0), x.size(1), rows == 0 ? 0 : x.numel() / rows};
     const size_t s = has_weight_ ? 5 : 4;
     detail::batch_norm_backward_kernel(
         geom, eps_, c[0], x, c[2], c[3], has_weight_ ? c[4] : Tensor(),

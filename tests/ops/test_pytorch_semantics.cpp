@@ -9,6 +9,7 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/conv.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
@@ -225,6 +226,36 @@ TEST(PytorchSemantics, ALibraryExceptionInAKernelBecomesAnInternalErrorNamingThe
   } catch (const InternalError& e) {
     expect_contains(e.what(), {"[throwing]", "vector::reserve", "float32[2]",
                                "test_pytorch_semantics.cpp:" + std::to_string(line)});
+  }
+}
+
+// 9. Empty batches give empty results, as in PyTorch.
+TEST(PytorchSemantics, EmptyBatches) {
+  Tensor x = zeros({0, 3, 4, 4});
+  x.set_requires_grad(true);
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), /*training=*/true);
+  EXPECT_EQ(y.shape(), (Shape{0, 3, 4, 4}));
+  expect_values(rm, {0, 0, 0});  // unchanged
+  expect_values(rv, {1, 1, 1});
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), (Shape{0, 3, 4, 4}));
+  EXPECT_EQ(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true).numel(), 0);
+  // One value per channel is still refused (the variance is undefined).
+  expect_contains(error_of([] {
+                    (void)batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+                  }),
+                  {"[batch_norm]", "more than 1 value per channel"});
+  Tensor w = randn({3, 2, 3, 3});
+  w.set_requires_grad(true);
+  for (int64_t stride : {1, 2}) {
+    ConvTranspose2dOptions o;
+    o.stride = stride;
+    o.padding = 1;
+    Tensor z = conv_transpose2d(x, w, randn({2}), o);
+    EXPECT_EQ(z.size(0), 0);
+    sum(z).backward();
+    expect_values(sum(abs(w.grad())), {0.0});
   }
 }
 
