@@ -50,19 +50,22 @@ OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Te
     : op_(std::move(op)) {
   loc = call_loc;
   sequence_nr = next_sequence_nr();
-  Op::Saves saves = op_->saves();
   for (const Tensor& t : inputs) {
     input_metas_.push_back({t.shape(), t.dtype(), t.device()});
     needs_grad_.push_back(t.requires_grad());
     next_edges.push_back(t.requires_grad() ? gradient_edge(t) : Edge{});
-    saved_inputs_.emplace_back(saves.inputs ? SavedTensor(t, false) : SavedTensor());
+  }
+  const Op::Saves saves = op_->saves_for(needs_grad_);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool keep = saves.inputs && (i >= 64 || ((saves.input_mask >> i) & 1));
+    saved_inputs_.emplace_back(keep ? SavedTensor(inputs[i], false) : SavedTensor());
   }
   for (const Tensor& t : outputs) output_metas_.push_back({t.shape(), t.dtype(), t.device()});
   output_hooks.resize(outputs.size());
 }
 
 void OpNode::save_outputs(const std::vector<Tensor>& outputs) {
-  const Op::Saves saves = op_->saves();
+  const Op::Saves saves = op_->saves_for(needs_grad_);
   if (!saves.outputs) return;
   saved_outputs_.clear();
   for (size_t i = 0; i < outputs.size(); ++i)

@@ -49,8 +49,9 @@ struct MulFn {
   static T apply(T a, T b) {
     return static_cast<T>(a * b);
   }
+  // Each operand's gradient reads only the other one (Op::saves_for saves only that).
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
-    return {mul(g, b), mul(g, a)};
+    return {b.defined() ? mul(g, b) : Tensor(), a.defined() ? mul(g, a) : Tensor()};
   }
 };
 
@@ -174,6 +175,12 @@ class BinaryOp final : public Op {
   }
 
   Saves saves() const override { return {Fn::kNeedsInputs, false}; }
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    Saves s = saves();
+    if constexpr (std::is_same_v<Fn, MulFn>)
+      s.input_mask = (needs_grad[1] ? 1u : 0u) | (needs_grad[0] ? 2u : 0u);
+    return s;
+  }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     Grads g = Fn::grad(ctx.inputs[0], ctx.inputs[1], ctx.grads[0]);

@@ -208,7 +208,7 @@ class WhereOp final : public Op {
   }
 
   // Only the condition is needed; a and b contribute just their metadata.
-  Saves saves() const override { return {true, false}; }
+  Saves saves() const override { return {true, false, ~uint64_t{0}, /*input_mask=*/1}; }
 };
 
 }  // namespace

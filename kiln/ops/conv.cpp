@@ -105,6 +105,13 @@ class Conv2dOp final : public Op {
     return detail::conv_flops(out[0], in[1]);
   }
 
+  // The input's gradient reads the weight and the weight's the input; the bias is never read.
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    Saves s;
+    s.input_mask = (needs_grad[1] ? 1u : 0u) | (needs_grad[0] ? 2u : 0u);
+    return s;
+  }
+
   // conv2d is bilinear in (input, weight): each gradient is the other backward op of the same
   // geometry, so higher-order gradients need nothing more.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

@@ -57,8 +57,18 @@ class Op {
     // With outputs: which ones (bit i for output i). An output that the vjp does not read but a
     // later op saves anyway should not be kept twice (batch_norm's y is relu's input).
     uint64_t output_mask = ~uint64_t{0};
+    // With inputs: which ones (bit i for input i).
+    uint64_t input_mask = ~uint64_t{0};
   };
   virtual Saves saves() const { return {}; }
+  // What to keep when only the inputs flagged in needs_grad will be asked a gradient: a vjp that
+  // reads an input only for another input's gradient saves it only when that one needs it (mul,
+  // conv2d), so an in-place change of a tensor whose gradient no one needs is no error. Inputs
+  // left out are undefined in VjpContext::inputs. Defaults to saves().
+  virtual Saves saves_for(const std::vector<bool>& needs_grad) const {
+    (void)needs_grad;
+    return saves();
+  }
   // View ops return outputs sharing inputs[0]'s storage; in-place checks need to know.
   virtual bool is_view() const { return false; }
   // Floating-point operations of one execution, for the profiler's GFLOP/s (0: not counted).

@@ -52,7 +52,8 @@ class MaxPool2dOp final : public Op {
     max_pool_kernel(p_, in[0], out[0], out[1]);
   }
 
-  Saves saves() const override { return {false, true}; }
+  // The gradient reads the indices only, not the values.
+  Saves saves() const override { return {false, true, /*output_mask=*/2}; }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};

@@ -9,12 +9,14 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/compare.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/pool.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
@@ -93,6 +95,48 @@ TEST(PytorchSemantics, InPlaceOnAReshapeThatCopied) {
   // A reshape that is a view stays one.
   Tensor base = mul(w, 1.0);
   EXPECT_TRUE(reshape(base, {3, 2}).is_view());
+}
+
+// 6. An op saves only what its vjp reads for the inputs that need a gradient, so an in-place
+// change of anything else is no error (PyTorch's behaviour).
+TEST(PytorchSemantics, MulSavesOnlyTheOperandTheOtherGradientReads) {
+  Tensor w = leaf({1.0, 1.0});
+  Tensor a = mul(w, 2.0);
+  Tensor y = mul(a, tensor({3.0, 4.0}, {DType::Float64}));
+  a.add_(1.0);  // a's value is not needed for a's gradient
+  sum(y).backward();
+  expect_values(w.grad(), {6.0, 8.0});
+  // When both need a gradient both are saved, and the in-place change is caught.
+  Tensor u = leaf({1.0}), v = leaf({2.0});
+  Tensor p = mul(u, 1.0), q = mul(p, v);
+  p.add_(1.0);
+  expect_contains(error_of([&] { sum(q).backward(); }), {"modified in place", "'mul'"});
+}
+
+TEST(PytorchSemantics, WhereMaxPoolAndConvKeepOnlyWhatTheirGradientsRead) {
+  Tensor w = leaf({1.0, 2.0});
+  Tensor a = mul(w, 1.0), b = mul(w, 3.0);
+  Tensor y = where(tensor(std::vector<bool>{true, false}), a, b);
+  a.add_(1.0);  // where reads the condition only
+  b.mul_(2.0);
+  sum(y).backward();
+  expect_values(w.grad(), {1.0, 3.0});
+
+  Tensor x = randn({1, 1, 4, 4}, {DType::Float64});
+  x.set_requires_grad(true);
+  Tensor pooled = max_pool2d(mul(x, 1.0), 2);
+  Tensor z = mul(pooled, 1.0);
+  pooled.add_(1.0);  // max_pool2d's gradient reads its indices, not its values
+  sum(z).backward();
+  EXPECT_EQ(sum(x.grad()).item<double>(), 4.0);
+
+  Tensor cw = randn({2, 1, 3, 3}, {DType::Float64});
+  cw.set_requires_grad(true);
+  Tensor bias = zeros({2}, {DType::Float64});
+  Tensor out = conv2d(randn({1, 1, 5, 5}, {DType::Float64}), cw, bias);
+  bias.add_(1.0);  // never read by the gradient
+  sum(out).backward();
+  EXPECT_TRUE(cw.grad().defined());
 }
 
 // 7. Dtype and rank checks PyTorch makes.
