@@ -1,6 +1,6 @@
 // View ops (reshape, permute, slice, select, expand, squeeze, unsqueeze) alias their input's
-// storage; clone and to_dtype copy. Each view is a ViewOp: one function computing the view's
-// geometry, used both by inference and by forward, and a gradient.
+// storage (the copies, clone and to_dtype, are in copy_ops.cpp). Each view is a ViewOp: one
+// function computing the view's geometry, used both by inference and by forward, and a gradient.
 #include "kiln/ops/shape_ops.h"
 
 #include <algorithm>
@@ -266,40 +266,6 @@ class ExpandOp final : public ViewOp {
   Shape shape_;
 };
 
-class CloneOp final : public Op {
- public:
-  const char* name() const override { return "clone"; }
-  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
-    return {{in[0].shape(), in[0].dtype(), in[0].device()}};
-  }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    copy_into(out[0], in[0]);
-  }
-  Saves saves() const override { return {false, false}; }
-  std::vector<Tensor> vjp(const VjpContext& ctx) const override { return {ctx.grads[0]}; }
-};
-
-class ToDtypeOp final : public Op {
- public:
-  explicit ToDtypeOp(DType dtype) : dtype_(dtype) {}
-  const char* name() const override { return "to_dtype"; }
-  nlohmann::json attrs() const override { return {{"dtype", dtype_name(dtype_)}}; }
-  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
-    return {{in[0].shape(), dtype_, in[0].device()}};
-  }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    copy_into(out[0], in[0]);
-  }
-  bool differentiable() const override { return is_floating(dtype_); }
-  Saves saves() const override { return {false, false}; }
-  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    return {to_dtype(ctx.grads[0], ctx.input_metas[0].dtype)};
-  }
-
- private:
-  DType dtype_;
-};
-
 }  // namespace
 
 Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
@@ -407,28 +373,6 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
   shape.push_back(n);
   shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
   return reshape(x, std::move(shape), loc);
-}
-
-Tensor clone(const Tensor& x, const Loc& loc) {
-  return call_op<CloneOp>({x}, loc);
-}
-
-Tensor contiguous(const Tensor& x, const Loc& loc) {
-  return x.is_contiguous() ? x : clone(x, loc);
-}
-
-Tensor contiguous(const Tensor& x, MemoryFormat format, const Loc& loc) {
-  if (format == MemoryFormat::kContiguous) return contiguous(x, loc);
-  if (x.dim() != 4)
-    fail("contiguous", loc,
-         "expected a tensor of rank 4 (N,C,H,W) for channels-last memory, but got {}",
-         x.describe());
-  if (x.is_channels_last()) return x;
-  return permute(contiguous(permute(x, {0, 2, 3, 1}, loc), loc), {0, 3, 1, 2}, loc);
-}
-
-Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc) {
-  return x.dtype() == dtype ? x : call_op<ToDtypeOp>({x}, loc, dtype);
 }
 
 Tensor detach(const Tensor& x) {
@@ -570,30 +514,6 @@ KILN_REGISTER_OP_SAMPLES("expand", [] {
          return broadcast_to(x, {5, -1});
        }),
        "a0.expand(5, -1)"},
-  };
-});
-
-KILN_REGISTER_OP_SAMPLES("clone", [] {
-  return std::vector<OpSample>{
-      {"strided",
-       {sample_tensor({3, 4}, 51).t()},
-       one([](const Tensor& x) { return clone(x); }),
-       "a0.clone()"},
-      {"contiguous",
-       {sample_tensor({3, 4}, 52).t()},
-       one([](const Tensor& x) { return contiguous(x); }),
-       "a0.contiguous()"},
-  };
-});
-
-KILN_REGISTER_OP_SAMPLES("to_dtype", [] {
-  return std::vector<OpSample>{
-      {"to_float32_and_back",
-       {sample_tensor({3, 4}, 61)},
-       one([](const Tensor& x) { return to_dtype(to_dtype(x, DType::Float32), DType::Float64); }),
-       "",
-       {},
-       false},
   };
 });
 
