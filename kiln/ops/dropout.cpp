@@ -43,7 +43,8 @@ class DropoutOp final : public Op {
   }
 
   // Only the mask is needed: the op is linear in x.
-  Saves saves() const override { return {true, false}; }
+  // The gradient reads only the mask (input 1), never x.
+  Saves saves() const override { return {true, false, ~uint64_t{0}, uint64_t{2}}; }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};

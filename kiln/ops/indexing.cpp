@@ -151,6 +151,10 @@ class ScatterAddOp final : public Op {
     check_same_rank_index(name(), x, d, index, &src, loc);
     return {{x.shape(), x.dtype(), x.device()}};
   }
+  // x's gradient is the output gradient as it is; only src's reads the index.
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    return {true, false, ~uint64_t{0}, needs_grad[2] ? uint64_t{2} : uint64_t{0}};
+  }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
     const Tensor &x = in[0], &index = in[1], &src = in[2], &out = outs[0];

@@ -145,6 +145,12 @@ class NormOp final : public Op {
 
   // The vjp reads the statistics, never y (which the next op usually saves itself).
   Saves saves() const override { return {true, true, ~uint64_t{1}}; }
+  // x always; the weight only for x's gradient; the bias never (its gradient is a sum of g).
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    Saves s = saves();
+    s.input_mask = 1u | (has_weight_ && needs_grad[0] ? 2u : 0u);
+    return s;
+  }
 
   // With xhat = (x - mean) * rstd and gxhat = g * weight, the gradient through the statistics is
   //   gx = rstd * (gxhat - mean_R(gxhat) - xhat * mean_R(gxhat * xhat))
@@ -223,6 +229,13 @@ void check_running_stat(const char* what, const Tensor& t, const Tensor& x, cons
          "expected {} of shape [{}] with a floating dtype (one per channel of input {}), but got "
          "{}",
          what, x.size(1), x.describe(), t.describe());
+  // Running statistics are buffers: PyTorch refuses them as differentiable inputs in both modes,
+  // and training would update a tensor that requires grad in place.
+  if (GradMode::is_enabled() && t.requires_grad())
+    fail("batch_norm", loc,
+         "expected {} that does not require grad (running statistics are buffers, not "
+         "differentiable inputs), but got {} that requires grad",
+         what, t.describe());
 }
 
 // Shape [1, C, 1, ...] of x's rank, so a per-channel [C] tensor broadcasts over x.
@@ -388,18 +401,18 @@ KILN_REGISTER_OP_SAMPLES("batch_norm", [] {
   OpSample stats{"running_stats_update", batch_norm_inputs({4, 3, 2}, 300),
                  batch_norm_train(0.2, 1e-5, true, true, true),
                  "(lambda x, rm, rv, w, b: (F.batch_norm(x, rm, rv, w, b, training=True, "
-                 "momentum=0.2, eps=1e-5), rm, rv))(a0, a1.clone(), a2.clone(), a3, a4)"};
+                 "momentum=0.2, eps=1e-5), rm, rv))(a0, a1.detach().clone(), a2.detach().clone(), a3, a4)"};
   stats.check_grad = false;
   return std::vector<OpSample>{
       {"train_4d",
        batch_norm_inputs({3, 2, 2, 2}, 305),
        batch_norm_train(0.1, 1e-5, true, true, false),
-       "F.batch_norm(a0, a1.clone(), a2.clone(), a3, a4, training=True, momentum=0.1, eps=1e-5)",
+       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, momentum=0.1, eps=1e-5)",
        {0, 3, 4}},
       {"train_2d_eps",
        batch_norm_inputs({5, 3}, 310),
        batch_norm_train(0.3, 1e-3, true, true, false),
-       "F.batch_norm(a0, a1.clone(), a2.clone(), a3, a4, training=True, momentum=0.3, eps=1e-3)",
+       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, momentum=0.3, eps=1e-3)",
        {0, 3, 4}},
       {"train_3d_no_stats_no_affine",
        {sample_tensor({4, 3, 2}, 315, -2, 2)},
@@ -408,9 +421,10 @@ KILN_REGISTER_OP_SAMPLES("batch_norm", [] {
       {"eval",
        batch_norm_inputs({2, 3, 2, 2}, 320),
        [](const std::vector<Tensor>& in) {
-         return one(batch_norm(in[0], in[1], in[2], in[3], in[4], false));
+         // Running statistics are buffers: they never require grad.
+         return one(batch_norm(in[0], detach(in[1]), detach(in[2]), in[3], in[4], false));
        },
-       "F.batch_norm(a0, a1, a2, a3, a4, training=False)",
+       "F.batch_norm(a0, a1.detach(), a2.detach(), a3, a4, training=False)",
        {0, 3, 4}},
       stats,
   };

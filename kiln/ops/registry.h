@@ -35,6 +35,10 @@ struct OpSample {
 struct OpInfo {
   std::string name;
   std::function<std::vector<OpSample>()> samples;
+  // Note [thread-count invariance]: kiln promises results bit-identical for any thread count
+  // (set_num_threads) unless an op says here which of its results are not, and why. The
+  // differential fuzzer checks the promise at 1 and 2 threads.
+  std::string thread_variance = "";
 };
 
 // Note [op registry]: every op file registers its op's samples beside its definition, so tests
@@ -51,5 +55,10 @@ Tensor sample_tensor(Shape shape, uint64_t seed, double low = -1.0, double high 
 #define KILN_REGISTER_OP_SAMPLES(name, ...)                      \
   static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) = \
       ::kiln::register_op_info({name, __VA_ARGS__})
+
+// Same, for an op whose results may differ in their last bits between thread counts (say which).
+#define KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(name, samples, why) \
+  static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) =    \
+      ::kiln::register_op_info({name, samples, why})
 
 }  // namespace kiln

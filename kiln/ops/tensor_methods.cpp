@@ -78,9 +78,18 @@ namespace {
 // (saved copies of self become invalid, and backward says which op modified them), and moves
 // self's history to the result's. When the out-of-place op saves its inputs for backward, it gets
 // a clone of self, since self's memory is about to change.
+// Note [overlapping writes]: in an expanded view several elements share one memory location, so
+// an elementwise update would read values it already wrote; like PyTorch, only fill_/zero_ (one
+// value everywhere) may write such a tensor.
+bool has_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.size(d) > 1) return true;
+  return false;
+}
+
 template <class F>
 Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves_self,
-                      const Tensor& other, F compute) {
+                      const Tensor& other, F compute, bool one_value = false) {
   const bool recording = GradMode::is_enabled() &&
                          (self.requires_grad() || (other.defined() && other.requires_grad()));
   if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf())
@@ -88,6 +97,11 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
          "expected a tensor that does not require grad, but got a leaf {} that requires grad; "
          "modify it under NoGradGuard (as optimizers do) or use the out-of-place op",
          self.describe());
+  if (!one_value && has_internal_overlap(self))
+    fail(name, loc,
+         "expected a tensor whose elements have distinct memory, but got {} with strides {} (an "
+         "expanded view: several elements share one location); clone() it first",
+         self.describe(), shape_str(self.strides()));
   if (recording && self.is_view())
     fail(name, loc,
          "in-place modification of a view ({}) while recording gradients is not supported yet; "
@@ -167,12 +181,17 @@ Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi, const
 }
 
 Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
-  return apply_inplace(*this, "copy_", loc, false, src, [&](const Tensor& s, const Tensor&) {
-    if (src.device() != s.device())
-      fail("copy_", loc, "expected a source on {}, but got {}", s.device().name(), src.describe());
-    // Assignment converts any dtype, unlike arithmetic.
-    return kiln::expand(kiln::to_dtype(src, s.dtype(), loc), s.shape(), loc);
-  });
+  // x.copy_(x) writes every element its own value, so it may target an expanded view.
+  return apply_inplace(
+      *this, "copy_", loc, false, src,
+      [&](const Tensor& s, const Tensor&) {
+        if (src.device() != s.device())
+          fail("copy_", loc, "expected a source on {}, but got {}", s.device().name(),
+               src.describe());
+        // Assignment converts any dtype, unlike arithmetic.
+        return kiln::expand(kiln::to_dtype(src, s.dtype(), loc), s.shape(), loc);
+      },
+      src.is_same(*this));
 }
 
 // fill_ and zero_: the overwritten values get a zero gradient (Note [overwriting history]).
@@ -180,9 +199,9 @@ Tensor& Tensor::fill_(double value, const Loc& loc) {
   if (GradMode::is_enabled() && requires_grad()) {
     const Shape s = shape();
     const TensorOptions options{dtype(), device()};
-    return apply_inplace(*this, "fill_", loc, false, Tensor(), [&](const Tensor&, const Tensor&) {
-      return full(s, value, options, loc);
-    });
+    return apply_inplace(
+        *this, "fill_", loc, false, Tensor(),
+        [&](const Tensor&, const Tensor&) { return full(s, value, options, loc); }, true);
   }
   if (!is_meta()) {
     Tensor v = scalar_tensor(value, {dtype()});

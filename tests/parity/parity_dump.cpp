@@ -16,35 +16,15 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/tensor_json.h"
 
 namespace kiln {
 namespace {
 
 using nlohmann::json;
 
-// Note [parity value encoding]: values are written in row-major logical order, whatever the
-// strides. Floating values go through double (float32/16 are exact in double) and nlohmann prints
-// doubles so that they parse back bit-exactly. JSON has no NaN/Inf, so those become strings.
-json float_value(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
 json encode(const Tensor& t) {
-  json j;
-  j["dtype"] = dtype_name(t.dtype());
-  j["shape"] = t.shape();
-  json values = json::array();
-  if (is_floating(t.dtype())) {
-    for (double v : t.to_vector<double>()) values.push_back(float_value(v));
-  } else if (t.dtype() == DType::Bool) {
-    for (int64_t v : t.to_vector<int64_t>()) values.push_back(v != 0);
-  } else {
-    for (int64_t v : t.to_vector<int64_t>()) values.push_back(v);
-  }
-  j["values"] = std::move(values);
-  return j;
+  return test::encode_tensor(t);
 }
 
 bool wants_grad(const OpSample& s, size_t i) {
