@@ -44,8 +44,7 @@ ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tens
   detail::check_activation(op, "input", x, Tensor(), loc);
   detail::check_weight(op, w, "(O,C/groups,kH,kW)", x, loc);
   if (w.size(0) == 0)
-    fail(op, loc, "expected a weight with at least one output channel, but got {}",
-         w.describe());
+    fail(op, loc, "expected a weight with at least one output channel, but got {}", w.describe());
   if (w.size(0) % o.groups != 0)
     fail(op, loc,
          "expected the weight's {} output channels to be divisible by groups {}, but got {}",
@@ -256,10 +255,12 @@ std::vector<OpSample> conv_transpose2d_samples() {
   };
 }
 
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT("conv2d", conv2d_samples,
-                                        "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT("conv_transpose2d", conv_transpose2d_samples,
-                                        "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
+KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
+    "conv2d", conv2d_samples,
+    "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
+KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
+    "conv_transpose2d", conv_transpose2d_samples,
+    "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
 
 }  // namespace
 

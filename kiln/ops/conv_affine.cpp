@@ -130,8 +130,9 @@ std::vector<OpSample> conv2d_affine_samples() {
   return s;
 }
 
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT("conv2d_affine", conv2d_affine_samples,
-                                        "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
+KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
+    "conv2d_affine", conv2d_affine_samples,
+    "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
 
 }  // namespace
 

@@ -241,10 +241,12 @@ std::vector<OpSample> backward_weight_samples() {
   };
 }
 
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT("conv2d_backward_input", backward_input_samples,
-                                        "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT("conv2d_backward_weight", backward_weight_samples,
-                                        "its result, computed by oneDNN's weight-gradient primitive (Note [conv determinism])");
+KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
+    "conv2d_backward_input", backward_input_samples,
+    "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
+KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
+    "conv2d_backward_weight", backward_weight_samples,
+    "its result, computed by oneDNN's weight-gradient primitive (Note [conv determinism])");
 
 }  // namespace
 

@@ -318,8 +318,9 @@ class BmmOp final : public Op {
 
   // Each operand's gradient reads only the other one, as for mul.
   Saves saves_for(const std::vector<bool>& needs_grad) const override {
-    return {true, false, ~uint64_t{0},
-            (needs_grad[1] ? uint64_t{1} : uint64_t{0}) | (needs_grad[0] ? uint64_t{2} : uint64_t{0})};
+    return {
+        true, false, ~uint64_t{0},
+        (needs_grad[1] ? uint64_t{1} : uint64_t{0}) | (needs_grad[0] ? uint64_t{2} : uint64_t{0})};
   }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

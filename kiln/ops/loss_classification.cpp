@@ -224,11 +224,11 @@ class CrossEntropyOp final : public Op {
     const Shape wshape = class_shape(cl, x.dim());
     const Tensor wv = has_weight ? reshape(ctx.inputs[2], wshape) : Tensor();
     // z: the target distribution without class weights; denom: Mean's normalizer.
-    Tensor z, onehot, denom;
+    Tensor z, onehot, denom, valid;
     if (cl.probs) {
       z = eps > 0 ? add(mul(t, 1 - eps), uniform) : t;
     } else {
-      const Tensor valid = unsqueeze(ne(t, static_cast<double>(ignore_index_)), cd);
+      valid = unsqueeze(ne(t, static_cast<double>(ignore_index_)), cd);
       const Tensor classes = reshape(
           arange(static_cast<double>(cl.classes), TensorOptions{DType::Int64, x.device()}), wshape);
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
@@ -245,7 +245,12 @@ class CrossEntropyOp final : public Op {
       gs = cl.probs ? div(g, static_cast<double>(shape_numel(cl.loss_shape))) : div(g, denom);
 
     std::vector<Tensor> grads(ctx.inputs.size());
-    if (ctx.needs_grad[0]) grads[0] = mul(gs, sub(mul(softmax(x, cd), sum(y, {cd}, true)), y));
+    if (ctx.needs_grad[0]) {
+      grads[0] = mul(gs, sub(mul(softmax(x, cd), sum(y, {cd}, true)), y));
+      // An ignored position's gradient is exactly 0, as PyTorch's, even when the incoming
+      // gradient is not finite (the mean over nothing is nan, and so is anything computed from it).
+      if (!cl.probs) grads[0] = where(valid, grads[0], 0.0);
+    }
     if (cl.probs && ctx.needs_grad[1]) {
       Tensor d = mul(log_softmax(x, cd), -(1 - eps));
       grads[1] = mul(gs, has_weight ? mul(d, wv) : d);
@@ -306,8 +311,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
   if (weight.defined())
     wt = mul(reshape(index_select(weight, 0, reshape(safe, {-1}, loc), loc), target.shape(), loc),
              wt, loc);
-  return apply_class_reduction(neg(mul(picked, wt, loc), loc), sum(wt, {}, false, loc), reduction,
-                               loc);
+  // where, not a product with the 0 weight: an ignored position's gradient is exactly 0, as
+  // PyTorch's, even when the incoming one is nan (the mean over nothing is 0 / 0).
+  return apply_class_reduction(where(valid, neg(mul(picked, wt, loc), loc), 0.0, loc),
+                               sum(wt, {}, false, loc), reduction, loc);
 }
 
 namespace reference {

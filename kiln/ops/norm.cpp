@@ -398,21 +398,24 @@ std::vector<Tensor> batch_norm_inputs(Shape x_shape, uint64_t seed) {
 }
 
 KILN_REGISTER_OP_SAMPLES("batch_norm", [] {
-  OpSample stats{"running_stats_update", batch_norm_inputs({4, 3, 2}, 300),
-                 batch_norm_train(0.2, 1e-5, true, true, true),
-                 "(lambda x, rm, rv, w, b: (F.batch_norm(x, rm, rv, w, b, training=True, "
-                 "momentum=0.2, eps=1e-5), rm, rv))(a0, a1.detach().clone(), a2.detach().clone(), a3, a4)"};
+  OpSample stats{
+      "running_stats_update", batch_norm_inputs({4, 3, 2}, 300),
+      batch_norm_train(0.2, 1e-5, true, true, true),
+      "(lambda x, rm, rv, w, b: (F.batch_norm(x, rm, rv, w, b, training=True, "
+      "momentum=0.2, eps=1e-5), rm, rv))(a0, a1.detach().clone(), a2.detach().clone(), a3, a4)"};
   stats.check_grad = false;
   return std::vector<OpSample>{
       {"train_4d",
        batch_norm_inputs({3, 2, 2, 2}, 305),
        batch_norm_train(0.1, 1e-5, true, true, false),
-       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, momentum=0.1, eps=1e-5)",
+       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, "
+       "momentum=0.1, eps=1e-5)",
        {0, 3, 4}},
       {"train_2d_eps",
        batch_norm_inputs({5, 3}, 310),
        batch_norm_train(0.3, 1e-3, true, true, false),
-       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, momentum=0.3, eps=1e-3)",
+       "F.batch_norm(a0, a1.detach().clone(), a2.detach().clone(), a3, a4, training=True, "
+       "momentum=0.3, eps=1e-3)",
        {0, 3, 4}},
       {"train_3d_no_stats_no_affine",
        {sample_tensor({4, 3, 2}, 315, -2, 2)},

@@ -143,8 +143,11 @@ class Fuzzer:
 
     def is_known(self, kind, op, detail, program):
         noncontig = any(i.get("layout", "contiguous") != "contiguous" for i in program["inputs"])
+        mutated = any(i["shape"] != self.by_id[i["sample"]]["inputs"][i["arg"]]["shape"]
+                      for i in program["inputs"])
         return any(k["kind"] == kind and k["op"] in ("*", op) and k.get("match", "") in detail
                    and (noncontig or not k.get("needs_noncontiguous_input"))
+                   and (mutated or not k.get("needs_mutated_shape"))
                    and (not k.get("sample") or any(s.get("call", "").startswith(k["sample"])
                                                    for s in program["steps"]))
                    for k in self.known)

@@ -125,12 +125,18 @@ class TorchRunner:
                 loss.backward()
         except Exception as e:  # noqa: BLE001
             return {"error": {"step": len(steps), "message": f"{type(e).__name__}: {e}"}}
+        same_as = {}
+        for j, v in enumerate(values):
+            for k in range(j):
+                if values[k] is v:
+                    same_as[j] = k
+                    break
         grads = {}
         for j, v in enumerate(values):
             wanted = v.requires_grad if j < n_in else (retain and v.retains_grad)
             if wanted:
                 grads[str(j)] = v.grad
-        return {"values": values, "grads": grads}
+        return {"values": values, "grads": grads, "same_as": same_as}
 
 
 def flat(torch, t):
@@ -199,8 +205,19 @@ def compare(torch, names, kres, tres):
         if d:
             return "mismatch", d, ("value", j)
     kg, tg = kres["grads"], tres["grads"]
+    # A value that is the same tensor as another on either side (an op returned its input): the
+    # retained gradient then belongs to both, so such values are not compared.
+    aliased = set()
+    for j, k in enumerate(kvals):
+        if "same_as" in k:
+            aliased |= {j, k["same_as"]}
+    for j, k in tres.get("same_as", {}).items():
+        aliased |= {j, k}
+    n_in = len(kres["inputs"])
     for key in sorted(set(kg) | set(tg), key=int):
         j = int(key)
+        if j in aliased and j >= n_in:
+            continue
         ref = tg.get(key)
         if ref is None:
             ref = torch.zeros_like(tvals[j])

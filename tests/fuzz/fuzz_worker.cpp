@@ -5,7 +5,8 @@
 //                                    {"program": {...}, "threads": [1, 2]} -> the result of
 //                                    running it at the first thread count, plus "thread_diff":
 //                                    what was not bit-identical at the other counts
-//   kiln_fuzz_worker run PROGRAM.json [THREADS]   runs one program (a saved repro), prints the result
+//   kiln_fuzz_worker run PROGRAM.json [THREADS]   runs one program (a saved repro), prints the
+//   result
 //
 // A request the worker cannot read is answered {"harness_error": "..."}; the worker stays up.
 #include <exception>
