@@ -179,7 +179,11 @@ class Tensor {
   Tensor sum(const Loc& loc = Loc::current()) const;
   Tensor mean(const Loc& loc = Loc::current()) const;
 
-  // In-place forms; they bump the version counter.
+  // In-place forms; they bump the version counter. Where the out-of-place op's gradient needs
+  // this tensor's old value (mul_, div_, clamp_), kiln keeps a copy, so x.mul_(x) and friends
+  // differentiate where PyTorch reports "modified by an inplace operation". An expanded view
+  // (several elements in one location) may only be written by fill_/zero_ and x.copy_(x); a view
+  // may not be modified while recording gradients (not supported yet).
   Tensor& add_(const Tensor& other, const Loc& loc = Loc::current());
   Tensor& sub_(const Tensor& other, const Loc& loc = Loc::current());
   Tensor& mul_(const Tensor& other, const Loc& loc = Loc::current());

@@ -43,6 +43,11 @@ ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tens
   detail::check_conv_options(op, o, loc);
   detail::check_activation(op, "input", x, Tensor(), loc);
   detail::check_weight(op, w, "(O,C/groups,kH,kW)", x, loc);
+  if (x.size(-1) == 0 || x.size(-2) == 0)
+    fail(op, loc,
+         "expected an input with non-empty H and W (only N and C may be 0, as in PyTorch), but "
+         "got {}",
+         x.describe());
   if (w.size(0) == 0)
     fail(op, loc, "expected a weight with at least one output channel, but got {}", w.describe());
   if (w.size(0) % o.groups != 0)

@@ -108,8 +108,12 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   if (beta == 0) return l1_loss(input, target, reduction, loc);
   const Tensor d = sub(input, target, loc);
   const Tensor a = abs(d, loc);
+  // Note [branch-safe where]: the quadratic branch squares only the small differences, so a
+  // difference where it is not taken (even inf) sends it a zero gradient, not 0 * inf = nan.
+  const Tensor small = lt(a, beta, loc);
+  const Tensor dq = where(small, d, 0.0, loc);
   const Tensor l =
-      where(lt(a, beta, loc), mul(mul(d, d, loc), 0.5 / beta, loc), sub(a, 0.5 * beta, loc), loc);
+      where(small, mul(mul(dq, dq, loc), 0.5 / beta, loc), sub(a, 0.5 * beta, loc), loc);
   return reduce_loss(l, reduction, "smooth_l1_loss", loc);
 }
 
@@ -120,8 +124,10 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
     fail("huber_loss", loc, "expected delta > 0, but got {} for input {}", delta, input.describe());
   const Tensor d = sub(input, target, loc);
   const Tensor a = abs(d, loc);
-  const Tensor l = where(lt(a, delta, loc), mul(mul(d, d, loc), 0.5, loc),
-                         mul(sub(a, 0.5 * delta, loc), delta, loc), loc);
+  const Tensor small = lt(a, delta, loc);  // Note [branch-safe where]
+  const Tensor dq = where(small, d, 0.0, loc);
+  const Tensor l =
+      where(small, mul(mul(dq, dq, loc), 0.5, loc), mul(sub(a, 0.5 * delta, loc), delta, loc), loc);
   return reduce_loss(l, reduction, "huber_loss", loc);
 }
 
@@ -132,7 +138,9 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, const Ten
   // PyTorch clamps each log at -100 so that p = 0 or 1 gives a finite loss.
   const Tensor log_p = clamp(log(probs, loc), -100.0, std::nullopt, loc);
   const Tensor log_q = clamp(log(sub(1.0, probs, loc), loc), -100.0, std::nullopt, loc);
-  Tensor l = neg(add(mul(target, log_p, loc), mul(sub(1.0, target, loc), log_q, loc), loc), loc);
+  // -(log_q + t (log_p - log_q)): the target's gradient is one product, g (log_q - log_p), as
+  // PyTorch's, so an infinite incoming gradient gives an infinity, not inf - inf = nan.
+  Tensor l = neg(add(log_q, mul(target, sub(log_p, log_q, loc), loc), loc), loc);
   if (weight.defined()) l = mul(l, weight, loc);
   return reduce_loss(l, reduction, "binary_cross_entropy", loc);
 }

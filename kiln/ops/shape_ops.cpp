@@ -488,7 +488,7 @@ KILN_REGISTER_OP_SAMPLES("slice", [] {
       {"negative",
        {sample_tensor({3, 6}, 32)},
        one([](const Tensor& x) { return slice(x, -1, -4, std::nullopt); }),
-       "a0[:, -4:]"},
+       "a0[..., -4:]"},
       {"narrow",
        {sample_tensor({3, 6}, 33)},
        one([](const Tensor& x) { return narrow(x, 1, 2, 3); }),

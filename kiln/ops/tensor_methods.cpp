@@ -82,6 +82,7 @@ namespace {
 // an elementwise update would read values it already wrote; like PyTorch, only fill_/zero_ (one
 // value everywhere) may write such a tensor.
 bool has_internal_overlap(const Tensor& t) {
+  if (t.numel() == 0) return false;
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.strides()[d] == 0 && t.size(d) > 1) return true;
   return false;

@@ -34,6 +34,8 @@ Tensor silu(const Tensor& x, const Loc& loc = Loc::current());
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
                 const Loc& loc = Loc::current());
 // At least one bound must be given. Gradient flows where min <= x <= max (PyTorch's convention).
+// An integer tensor stays integer even for a fractional bound (PyTorch 1.13 promotes to float32):
+// the result is the exact integer one, min rounded up and max down (Note [integer clamp]).
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max,
              const Loc& loc = Loc::current());
 // x ** exponent with a scalar exponent.

@@ -145,7 +145,9 @@ class Fuzzer:
         noncontig = any(i.get("layout", "contiguous") != "contiguous" for i in program["inputs"])
         mutated = any(i["shape"] != self.by_id[i["sample"]]["inputs"][i["arg"]]["shape"]
                       for i in program["inputs"])
-        return any(k["kind"] == kind and k["op"] in ("*", op) and k.get("match", "") in detail
+        exprs = " ".join(self.by_id[s["call"]]["torch"] for s in program["steps"] if "call" in s)
+        return any(k["kind"] in ("*", kind) and k["op"] in ("*", op) and k.get("match", "") in detail
+                   and k.get("torch_contains", "") in exprs
                    and (noncontig or not k.get("needs_noncontiguous_input"))
                    and (mutated or not k.get("needs_mutated_shape"))
                    and (not k.get("sample") or any(s.get("call", "").startswith(k["sample"])

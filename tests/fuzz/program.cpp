@@ -208,6 +208,18 @@ json run_program(const Catalog& catalog, const json& program) {
   };
   for (size_t k = 0; k < steps.size(); ++k) {
     const json& step = steps[k];
+    // A sample whose output count depends on its input's shape (chunk, split) can leave later
+    // references dangling; PyTorch then fails at the same step (IndexError), so it is a rejection.
+    std::vector<size_t> refs;
+    for (const char* key : {"target", "other"})
+      if (step.contains(key)) refs.push_back(step[key].get<size_t>());
+    if (step.contains("args"))
+      for (const json& a : step["args"]) refs.push_back(a.get<size_t>());
+    if (std::any_of(refs.begin(), refs.end(), [&](size_t r) { return r >= values.size(); })) {
+      result["error"] =
+          json{{"step", k}, {"kind", "error"}, {"message", "dangling value reference"}};
+      return result;
+    }
     bool ok = run(k, [&] {
       if (step.contains("inplace")) return run_inplace(step, values);
       std::vector<Tensor> args;

@@ -2,6 +2,8 @@
 // PyTorch 1.13 does with the same calls.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kiln/kiln.h"
 #include "kiln/ops/registry.h"
 
@@ -30,6 +32,8 @@ TEST(FuzzRegressions, InPlaceOnExpandedViewIsRefused) {
   Tensor one = zeros({1}).expand({1});  // a size-1 broadcast dim shares nothing
   one.add_(1.0);
   EXPECT_EQ(one.item(), 1.0);
+  Tensor empty = zeros({1, 0}).expand({2, 0});  // nor does an empty tensor
+  EXPECT_NO_THROW(empty.sub_(1.0));
 }
 
 // x.copy_(x) bumps the version like any in-place op: a saved x is then stale (PyTorch: "modified
@@ -96,6 +100,46 @@ TEST(FuzzRegressions, ConvWithoutOutputChannelsIsRefused) {
   Tensor x = zeros({1, 3, 5, 5});
   EXPECT_THROW(conv2d(x, zeros({0, 3, 3, 3})), Error);
   EXPECT_THROW(conv_transpose2d(x, zeros({3, 0, 3, 3})), Error);
+  // "Only zero batch or zero channel inputs are supported" (padding would make H' >= 1).
+  EXPECT_THROW(conv2d(zeros({2, 3, 6, 0}), zeros({4, 3, 3, 3}), Tensor(), {.padding = 1}), Error);
+  EXPECT_NO_THROW(conv2d(zeros({0, 3, 6, 6}), zeros({4, 3, 3, 3})));
+}
+
+// Non-finite values where a where() does not take a branch, or a gradient that is not finite,
+// must not turn an exact gradient into nan (PyTorch's kernels give the values checked here).
+TEST(FuzzRegressions, SmoothL1AndHuberWithAnInfiniteDifference) {
+  for (bool huber : {false, true}) {
+    Tensor x = tensor({INFINITY, 0.5});
+    Tensor t = leaf({0.0, 0.0});
+    Tensor l = huber ? huber_loss(x, t, Reduction::Sum, 1.0) : smooth_l1_loss(x, t, Reduction::Sum);
+    l.backward();
+    EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{-1.0, -0.5})) << huber;
+  }
+}
+
+TEST(FuzzRegressions, BinaryCrossEntropyTargetGradWithAnInfiniteIncomingGradient) {
+  Tensor p = tensor({0.25, 0.75});
+  Tensor t = leaf({0.5, 0.5});
+  Tensor l = binary_cross_entropy(p, t, Tensor(), Reduction::None);
+  l.backward(tensor({INFINITY, INFINITY}));
+  // d/dt = log(1 - p) - log(p): negative at p = 0.25, positive at 0.75.
+  EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{INFINITY, -INFINITY}));
+}
+
+// Every target ignored: the mean is 0 / 0 = nan, and the gradient is exactly 0 even when what
+// flows back is nan (sigmoid of the loss).
+TEST(FuzzRegressions, AllIgnoredTargetsGiveZeroGradientsEvenFromNan) {
+  Tensor x = sample_tensor({3, 4}, 5);
+  x.set_requires_grad(true);
+  Tensor target = tensor(std::vector<int64_t>{1, 1, 1});
+  for (bool fused : {true, false}) {
+    x.set_grad(Tensor());
+    Tensor l = fused ? cross_entropy(x, target, Tensor(), 1, Reduction::Mean, 0.3)
+                     : nll_loss(log_softmax(x, 1), target, Tensor(), 1, Reduction::Mean);
+    EXPECT_TRUE(std::isnan(l.item()));
+    sigmoid(l).backward();
+    for (double g : x.grad().to_vector<double>()) EXPECT_EQ(g, 0.0) << fused;
+  }
 }
 
 }  // namespace
