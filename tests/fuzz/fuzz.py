@@ -198,7 +198,7 @@ def main(argv):
             program = json.load(f)
         kind, detail, op, _ = fz.check_with_recheck(program.get("program", program))
         print(f"{kind} [{op}] {detail}")
-        return 0 if kind in ("pass", "both-reject", "f32-rounding") else 1
+        return 0 if kind in ("pass", "both-reject", "f32-rounding", "nonfinite-grad") else 1
     seeds = (range(args.start, args.start + args.campaign) if args.campaign
              else parse_seeds(args.seeds))
     return run_seeds(fz, seeds, args)
@@ -256,7 +256,8 @@ def print_table(counts, groups, ops_seen, n, seconds, fz):
           f"{len({s['op'] for s in fz.catalog})} ops in the catalog, "
           f"{len(ops_seen)} ops and in-place methods drawn")
     print(f"{'outcome':<16}{'programs':>10}")
-    for kind in ("pass", "both-reject", "f32-rounding", "threads-declared", "known") + FAILURE_KINDS:
+    for kind in ("pass", "both-reject", "f32-rounding", "nonfinite-grad", "threads-declared",
+                 "known") + FAILURE_KINDS:
         if kind in counts:
             print(f"{kind:<16}{counts[kind]:>10}")
     if groups:
