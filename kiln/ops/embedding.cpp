@@ -127,7 +127,7 @@ class EmbeddingBackwardOp final : public Op {
         name(), in[1], num_weights_, fmt::format("the weight ([{}, D])", num_weights_), loc_);
     const int64_t d = g.shape().back(), n = static_cast<int64_t>(idx.size());
     const int64_t pad = padding_idx_.value_or(-1);
-    std::memset(out[0].raw_data(), 0, out[0].nbytes());
+    zero_fill(out[0]);
     visit_dtype(g.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;

@@ -349,7 +349,7 @@ class OneHotOp final : public Op {
              "expected labels in [0, {}) (num_classes {}), but got {} at position {} of {}",
              num_classes_, num_classes_, labels[i], i, in[0].describe());
     int64_t* po = static_cast<int64_t*>(outs[0].raw_data());
-    std::memset(po, 0, outs[0].nbytes());
+    zero_fill(outs[0]);
     parallel_for(0, static_cast<int64_t>(labels.size()), kGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) po[i * num_classes_ + labels[i]] = 1;
     });

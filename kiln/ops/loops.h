@@ -3,6 +3,7 @@
 // a contiguous fast path the compiler vectorizes, and OpenMP over outer rows.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include "kiln/core/parallel.h"
@@ -159,5 +160,11 @@ C scalar_value(const Tensor& t) {
 
 // Copies src (any layout, broadcast to dst's shape) into dst, converting the dtype.
 void copy_into(const Tensor& dst, const Tensor& src);
+
+// Zeroes a plain tensor's bytes. An empty tensor may have no memory at all (its data pointer is
+// null, which memset must not see, even for 0 bytes).
+inline void zero_fill(const Tensor& t) {
+  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());
+}
 
 }  // namespace kiln

@@ -486,7 +486,7 @@ int64_t max_pool_backward_kernel(const Tensor& grad_in, const Tensor& indices_in
   });
   if (first_bad.load() < count) return first_bad.load();
   if (count == 0) {
-    std::memset(out.raw_data(), 0, out.nbytes());
+    zero_fill(out);
     return -1;
   }
   visit_floating(grad.dtype(), [&](auto tag) {

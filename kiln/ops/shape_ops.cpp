@@ -206,7 +206,7 @@ class SliceBackwardOp final : public Op {
     return {{shape_, in[0].dtype(), in[0].device()}};
   }
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    std::memset(out[0].raw_data(), 0, out[0].nbytes());
+    zero_fill(out[0]);
     Tensor region = make_view(out[0], out[0].shape(), out[0].strides(), 0);
     Geometry g = SliceOp(dim_, start_, end_, step_).geometry(region, Loc::current());
     copy_into(make_view(out[0], g.shape, g.strides, g.offset), in[0]);

@@ -142,5 +142,19 @@ TEST(FuzzRegressions, AllIgnoredTargetsGiveZeroGradientsEvenFromNan) {
   }
 }
 
+// Found under UBSan: the gradient of chunk of an empty tensor zeroed a null data pointer.
+TEST(FuzzRegressions, GradientsOfEmptyTensors) {
+  Tensor x = zeros({5, 0});
+  x.set_requires_grad(true);
+  std::vector<Tensor> parts = chunk(x, 2, 0);
+  sum(parts[0]).backward();
+  EXPECT_EQ(x.grad().shape(), (Shape{5, 0}));
+  Tensor w = zeros({4, 0});
+  w.set_requires_grad(true);
+  sum(embedding(w, tensor(std::vector<int64_t>{1, 2}))).backward();
+  EXPECT_EQ(w.grad().shape(), (Shape{4, 0}));
+  EXPECT_EQ(one_hot(tensor(std::vector<int64_t>{}), 3).shape(), (Shape{0, 3}));
+}
+
 }  // namespace
 }  // namespace kiln
