@@ -62,6 +62,7 @@ class EmbeddingOp final : public Op {
         checked_indices(name(), in[1], w.size(0), "weight " + w.describe(), loc_);
     const int64_t d = w.size(1), n = static_cast<int64_t>(idx.size());
     const int64_t s0 = w.stride(0), s1 = w.stride(1);
+    if (out[0].numel() == 0) return;  // D = 0 or no indices: nothing to copy (and maybe no memory)
     visit_dtype(w.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* pw = static_cast<const T*>(w.raw_data());
