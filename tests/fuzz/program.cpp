@@ -128,6 +128,13 @@ void run_inplace(const json& step, std::vector<Tensor>& values) {
     throw std::invalid_argument("fuzz program: unknown in-place method '" + m + "'");
 }
 
+bool has_nonfinite(const Tensor& t) {
+  if (!is_floating(t.dtype())) return false;
+  for (double v : t.to_vector<double>())
+    if (!std::isfinite(v)) return true;
+  return false;
+}
+
 json error_json(size_t step, const char* kind, const std::exception& e) {
   return json{{"step", step}, {"kind", kind}, {"message", e.what()}};
 }
@@ -192,7 +199,7 @@ json run_program(const Catalog& catalog, const json& program) {
   const size_t n_inputs = values.size();
   const bool retain = program.value("retain_grads", true);
   const json& steps = program.at("steps");
-  std::vector<size_t> produced_by(n_inputs, SIZE_MAX);
+  bool nonfinite = false;  // some step made an inf or nan (even one overwritten later)
   auto run = [&](size_t k, auto&& body) {
     try {
       body();
@@ -220,16 +227,22 @@ json run_program(const Catalog& catalog, const json& program) {
           json{{"step", k}, {"kind", "error"}, {"message", "dangling value reference"}};
       return result;
     }
+    const size_t before = values.size();
     bool ok = run(k, [&] {
-      if (step.contains("inplace")) return run_inplace(step, values);
+      if (step.contains("inplace")) {
+        run_inplace(step, values);
+        nonfinite |= has_nonfinite(values.at(step.at("target").get<size_t>()));
+        return;
+      }
       std::vector<Tensor> args;
       for (const json& a : step.at("args")) args.push_back(values.at(a.get<size_t>()));
       for (Tensor& o : catalog.sample(step.at("call").get<std::string>()).fn(args)) {
         if (retain && o.requires_grad() && !o.is_leaf()) o.retain_grad();
         values.push_back(std::move(o));
-        produced_by.push_back(k);
       }
+      for (size_t j = before; j < values.size(); ++j) nonfinite |= has_nonfinite(values[j]);
     });
+    result["nonfinite_seen"] = nonfinite;
     if (!ok) return result;
   }
   json loss_terms = json::array();
