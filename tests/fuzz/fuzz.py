@@ -24,17 +24,16 @@ import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import time
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import fuzz_gen  # noqa: E402
 import fuzz_shrink  # noqa: E402
-import fuzz_torch  # noqa: E402
 
-FAILURE_KINDS = ("mismatch", "grad-mismatch", "kiln-rejects", "torch-rejects", "internal",
+FAILURE_KINDS = ("torch-crash", "mismatch", "grad-mismatch", "kiln-rejects", "torch-rejects", "internal",
                  "untranslated", "outputs", "crash", "hang", "harness", "threads")
 
 
@@ -45,9 +44,10 @@ class Worker:
         self.path, self.timeout, self.proc = path, timeout, None
 
     def start(self):
-        self.stderr = open(os.devnull, "w")
+        # stderr goes to a temporary file: a pipe nobody reads could fill and block the worker.
+        self.stderr = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen([self.path, "serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
                                      bufsize=1)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -71,19 +71,50 @@ class Worker:
             return {"hang": f"no answer in {self.timeout:.0f} s"}
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read()[-2000:]
             code = self.proc.wait()
+            self.stderr.seek(0)
+            err = self.stderr.read()[-2000:]
             self.proc = None
             return {"crash": f"worker exited with status {code}: {err.strip()}"}
         return json.loads(line)
 
 
+class TorchSide:
+    """fuzz_torch.py's server in a child process, restarted when PyTorch crashes."""
+
+    def __init__(self, catalog_path):
+        self.catalog_path, self.proc = catalog_path, None
+        self.stderr_path = catalog_path + ".torch_stderr"
+
+    def compare(self, program, kres):
+        if self.proc is None:
+            # stderr goes to a file: a pipe nobody reads could fill and block the child.
+            self.stderr = open(self.stderr_path, "w+")
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "fuzz_torch.py"), self.catalog_path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                bufsize=1)
+        try:
+            self.proc.stdin.write(json.dumps({"program": program, "kres": kres}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            self.proc.wait()
+            self.stderr.seek(0)
+            err = self.stderr.read()[-300:].strip()
+            self.proc = None
+            return "torch-crash", f"PyTorch crashed: {err}", None
+        r = json.loads(line)
+        return r["kind"], r["detail"], tuple(r["where"]) if r["where"] else None
+
+
 class Fuzzer:
-    def __init__(self, torch, worker, catalog, threads, known):
-        self.torch, self.worker, self.threads = torch, worker, threads
+    def __init__(self, torch_side, worker, catalog, threads, known):
+        self.torch_side, self.worker, self.threads = torch_side, worker, threads
         self.catalog = catalog
         self.by_id = {s["id"]: s for s in catalog}
-        self.runner = fuzz_torch.TorchRunner(torch, catalog)
         self.known = known
 
     def op_of(self, program, where):
@@ -117,8 +148,7 @@ class Fuzzer:
         for kind in ("crash", "hang", "harness_error"):
             if kind in kres:
                 return ("harness" if kind == "harness_error" else kind), kres[kind], "-", kres
-        tres = self.runner.run(program, kres["inputs"])
-        kind, detail, where = fuzz_torch.compare(self.torch, self.runner.names, kres, tres)
+        kind, detail, where = self.torch_side.compare(program, kres)
         if kind in ("pass", "both-reject") and kres.get("thread_diff"):
             diffs = kres["thread_diff"]
             declared = [s["call"] for s in program["steps"]
@@ -180,19 +210,22 @@ def main(argv):
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     try:
-        import torch
+        import torch  # noqa: F401 - checked here, used by fuzz_torch.py's process
     except Exception as e:  # noqa: BLE001
         print(f"fuzz: cannot import torch with {sys.executable} ({e}); install python3-torch and "
               "run with /usr/bin/python3")
         return 2
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore")  # PyTorch's advice (broadcasting targets) is not a result
-    catalog = json.loads(subprocess.run([args.worker, "catalog"], check=True,
-                                        capture_output=True, text=True).stdout)
+    catalog_text = subprocess.run([args.worker, "catalog"], check=True, capture_output=True,
+                                  text=True).stdout
+    catalog = json.loads(catalog_text)
+    os.makedirs(args.out, exist_ok=True)
+    catalog_path = os.path.join(args.out, "catalog.json")
+    with open(catalog_path, "w") as f:
+        f.write(catalog_text)
     with open(os.path.join(HERE, "known_differences.json")) as f:
         known = json.load(f)["differences"]
     threads = [int(t) for t in args.threads.split(",")]
-    fz = Fuzzer(torch, Worker(args.worker), catalog, threads, known)
+    fz = Fuzzer(TorchSide(catalog_path), Worker(args.worker), catalog, threads, known)
     if args.replay:
         with open(args.replay) as f:
             program = json.load(f)

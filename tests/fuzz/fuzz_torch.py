@@ -245,3 +245,28 @@ def compare(torch, names, kres, tres):
                 return "nonfinite-grad", d, ("value", j)
             return "grad-mismatch", d, ("value", j)
     return "pass", "", None
+
+
+def serve(catalog_path):
+    """The PyTorch side as a process of its own (fuzz.py starts it), so that a PyTorch crash on a
+    strange program (it has corrupted its heap on out-of-range pooling indices) loses one program,
+    not the run. Reads {"program", "kres"} lines, answers {"kind", "detail", "where"} lines."""
+    import json
+    import sys
+    import warnings
+    import torch
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")  # PyTorch's advice (broadcasting targets) is not a result
+    with open(catalog_path) as f:
+        runner = TorchRunner(torch, json.load(f))
+    for line in sys.stdin:
+        req = json.loads(line)
+        tres = runner.run(req["program"], req["kres"]["inputs"])
+        kind, detail, where = compare(torch, runner.names, req["kres"], tres)
+        sys.stdout.write(json.dumps({"kind": kind, "detail": detail, "where": where}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    import sys as _sys
+    serve(_sys.argv[1])
