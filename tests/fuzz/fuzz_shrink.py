@@ -142,8 +142,20 @@ def to_pytorch(program, kiln_inputs, catalog_by_id):
         call = f"(lambda {', '.join(f'a{j}' for j in range(len(step['args'])))}: {expr})({env})"
         lines.append(f"{', '.join(names)}{',' if outs == 1 else ''} = "
                      f"{'(' + call + ',)' if outs == 1 else call}  # {step['call']}")
-    lines.append("# loss: sum over every step output that requires grad of (v * w).sum(), w drawn by")
-    lines.append(f"# kiln::sample_tensor(shape, {program.get('loss_seed', 1)} * 1000 + index, 0.5, 1.5)")
+    # The loss of Note [fuzz programs], with kiln::sample_tensor's weights (SplitMix64).
+    lines += [
+        "", "def weights(n, seed):", "    m, state, out = (1 << 64) - 1, (seed * 0x2545F4914F6CDD1D + 1) & ((1 << 64) - 1), []",
+        "    for _ in range(n):", "        state = (state + 0x9E3779B97F4A7C15) & m", "        z = state",
+        "        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m", "        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m",
+        "        out.append(0.5 + ((z ^ (z >> 31)) >> 11) * 2.0 ** -53)", "    return out", "",
+        "loss = None",
+        f"for j in range({len(kiln_inputs)}, {n}):",
+        "    v = globals()[f'v{j}']",
+        "    if v.dtype.is_floating_point and v.requires_grad:",
+        f"        w = torch.tensor(weights(v.numel(), {program.get('loss_seed', 1)} * 1000 + j), "
+        "dtype=torch.float64).reshape(v.shape).to(v.dtype)",
+        "        loss = (v * w).sum() if loss is None else loss + (v * w).sum()",
+        "if loss is not None:", "    loss.backward()"]
     return "\n".join(lines) + "\n"
 
 
@@ -161,7 +173,8 @@ def _cpp_float(v):
 def to_cpp(program, kiln_inputs, catalog_by_id):
     """The program as kiln C++ (a GoogleTest body): inputs as literal storage plus geometry, each
     call through the registry sample the fuzzer drew (its `fn` is the public-API call)."""
-    lines = ["// Needs kiln/kiln.h and tests/fuzz/program.h (the registry's samples by id).",
+    lines = ["// Needs kiln/kiln.h, kiln/ops/registry.h and tests/fuzz/program.h (the registry's",
+             "// samples by id); link tests/fuzz/program.cpp.",
              "kiln::fuzz::Catalog catalog;",
              "auto call = [&](const char* id, std::vector<kiln::Tensor> in) {",
              "  return catalog.sample(id).fn(in);",
@@ -195,4 +208,20 @@ def to_cpp(program, kiln_inputs, catalog_by_id):
         for j in range(outs):
             lines.append(f"kiln::Tensor v{n + j} = out{n}.at({j});")
         n += outs
+    # The loss of Note [fuzz programs].
+    outs = ", ".join(f"v{j}" for j in range(len(kiln_inputs), n))
+    lines += [f"std::vector<kiln::Tensor> outs{{{outs}}};", "kiln::Tensor loss;",
+              "for (size_t i = 0; i < outs.size(); ++i) {",
+              "  const kiln::Tensor& v = outs[i];",
+              "  if (!kiln::is_floating(v.dtype()) || !v.requires_grad()) continue;",
+              "  kiln::Tensor w;",
+              "  {",
+              "    kiln::NoGradGuard no_grad;",
+              f"    w = kiln::sample_tensor(v.shape(), {program.get('loss_seed', 1)} * 1000 + "
+              f"{len(kiln_inputs)} + i, 0.5, 1.5).to(v.dtype());",
+              "  }",
+              "  kiln::Tensor term = kiln::sum(kiln::mul(v, w));",
+              "  loss = loss.defined() ? kiln::add(loss, term) : term;",
+              "}",
+              "if (loss.defined()) loss.backward();"]
     return "\n".join(lines) + "\n"
