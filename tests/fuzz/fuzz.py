@@ -185,8 +185,8 @@ class Fuzzer:
                    for k in self.known)
 
     def shrink(self, program, kind, op):
-        def still_fails(cand):
-            k, _, o, _ = self.check(cand)
+        def still_fails(cand):  # with the float64 re-check, so it cannot shrink onto rounding
+            k, _, o, _ = self.check_with_recheck(cand)
             return k == kind and o == op
         return fuzz_shrink.shrink(program, still_fails, self.by_id)
 
