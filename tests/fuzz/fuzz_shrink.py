@@ -103,6 +103,20 @@ def _py_float(v):
     return repr(v)
 
 
+def _inplace_call(step, number):
+    """`vT.method(args)` for an in-place step; `number` spells a scalar in the target language."""
+    m = step["inplace"]
+    if "other" in step:
+        arg = f"v{step['other']}"
+    elif m == "clamp_":
+        arg = f"{number(step.get('min', -0.5))}, {number(step.get('max', 0.5))}"
+    elif m == "zero_":
+        arg = ""
+    else:
+        arg = number(step.get("scalar", 0.0))
+    return f"v{step['target']}.{m}({arg})"
+
+
 def _py_number(c):
     # kiln reads an integral C++ double as an int64 scalar (Note [C++ number operands]).
     return repr(int(c)) if float(c).is_integer() else repr(c)
@@ -123,16 +137,7 @@ def to_pytorch(program, kiln_inputs, catalog_by_id):
     n = len(kiln_inputs)
     for step in program["steps"]:
         if "inplace" in step:
-            m, t = step["inplace"], step["target"]
-            if "other" in step:
-                arg = f"v{step['other']}"
-            elif m == "clamp_":
-                arg = f"{_py_number(step.get('min', -0.5))}, {_py_number(step.get('max', 0.5))}"
-            elif m == "zero_":
-                arg = ""
-            else:
-                arg = _py_number(step.get("scalar", 0.0))
-            lines.append(f"v{t}.{m}({arg})")
+            lines.append(_inplace_call(step, _py_number))
             continue
         expr = catalog_by_id[step["call"]]["torch"]
         env = ", ".join(f"a{j}=v{a}" for j, a in enumerate(step["args"]))
@@ -190,16 +195,7 @@ def to_cpp(program, kiln_inputs, catalog_by_id):
     n = len(kiln_inputs)
     for step in program["steps"]:
         if "inplace" in step:
-            m, t = step["inplace"], step["target"]
-            if "other" in step:
-                arg = f"v{step['other']}"
-            elif m == "clamp_":
-                arg = f"{step.get('min', -0.5)}, {step.get('max', 0.5)}"
-            elif m == "zero_":
-                arg = ""
-            else:
-                arg = repr(float(step.get("scalar", 0.0)))
-            lines.append(f"v{t}.{m}({arg});")
+            lines.append(_inplace_call(step, lambda c: repr(float(c))) + ";")
             continue
         outs = len(catalog_by_id[step["call"]]["outputs"])
         args = ", ".join(f"v{a}" for a in step["args"])
