@@ -5,6 +5,7 @@
 #include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
@@ -176,7 +177,6 @@ Edge gradient_edge(const Tensor& t) {
 
 namespace {
 
-// Set as the dispatcher's tape recorder (see Note [tape recorder]).
 void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
             const Loc& loc) {
   // An op called inside a layer is recorded at the user's line (Note [user call site]).
@@ -190,7 +190,19 @@ void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tens
   node->save_outputs(outputs);
 }
 
-const bool registered = (set_tape_recorder(&record), true);
+// The tape is a process-wide dispatch mode (Note [dispatch modes]): the ops layer sits below
+// autograd, so autograd installs it at load time instead of ops including autograd.
+class TapeMode final : public DispatchMode {
+ public:
+  const char* name() const override { return "tape"; }
+  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
+    std::vector<Tensor> outputs = next(call);
+    if (should_record(*call.op, call.inputs)) record(call.op, call.inputs, outputs, call.loc);
+    return outputs;
+  }
+};
+
+const bool registered = (install_process_mode(kTapeRank, std::make_shared<TapeMode>()), true);
 
 }  // namespace
 

@@ -1,18 +1,14 @@
 #include "kiln/ops/dispatcher.h"
 
 #include <cmath>
-#include <new>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
-#include "kiln/ops/profiler.h"
+#include "kiln/ops/dispatch_mode.h"
 
 namespace kiln {
 
 namespace {
-TapeRecorder recorder = nullptr;
-DispatchObserver observer;
-
 // Note [stale views]: a view records its base's history when it is made. If the base is later
 // modified in place while gradients are recorded, the base gets a new grad_fn but the view keeps
 // the old one, and its gradient would be silently wrong (PyTorch regenerates the view's history;
@@ -41,13 +37,6 @@ void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& l
 }
 }  // namespace
 
-void set_tape_recorder(TapeRecorder r) {
-  recorder = r;
-}
-void set_dispatch_observer(DispatchObserver o) {
-  observer = std::move(o);
-}
-
 bool should_record(const Op& op, const std::vector<Tensor>& inputs) {
   if (!GradMode::is_enabled() || !op.differentiable()) return false;
   for (const Tensor& t : inputs)
@@ -67,56 +56,7 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   std::vector<TensorMeta> metas = op->infer(inputs, loc);
   // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
   for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
-  if (observer) observer(*op);
-  bool meta = !inputs.empty() && inputs[0].is_meta();
-  std::vector<Tensor> outputs;
-  if (meta) {
-    for (const TensorMeta& m : metas)
-      outputs.push_back(empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
-  } else {
-    try {
-      if (detail::profiling_active()) {
-        detail::OpTimer timer(op->name());
-        outputs = op->forward(inputs, metas);
-        timer.set_flops(op->flops(inputs, outputs));
-      } else {
-        outputs = op->forward(inputs, metas);
-      }
-    } catch (const OutOfMemoryError& e) {
-      // The allocation happened inside the kernel; the user called this op at loc.
-      throw OutOfMemoryError(error_message(op->name(), e.detail(), loc), e.detail());
-    } catch (const Error&) {
-      throw;
-    } catch (const InternalError&) {
-      throw;
-    } catch (const std::bad_alloc&) {
-      const std::string detail = "out of memory: a library the kernel uses could not allocate";
-      throw OutOfMemoryError(error_message(op->name(), detail, loc), detail);
-    } catch (const std::exception& e) {
-      // Note [library exceptions]: a library's own exception (a dnnl::error, a std::length_error)
-      // never reaches the user raw; a kernel that lets one escape has a bug, so it is reported as
-      // an InternalError naming the op, the inputs and the line.
-      std::string ins;
-      for (const Tensor& t : inputs) ins += (ins.empty() ? "" : ", ") + t.describe();
-      throw InternalError(error_message(
-          op->name(),
-          fmt::format("kiln internal error: the kernel raised '{}' for inputs {}", e.what(), ins),
-          loc));
-    }
-  }
-  if (AnomalyMode::is_enabled()) {
-    for (size_t i = 0; i < outputs.size(); ++i)
-      if (has_nonfinite(outputs[i]))
-        fail(op->name(), loc,
-             "anomaly detected: output {} ({}) contains NaN or Inf; inputs were {}", i,
-             outputs[i].describe(), [&] {
-               std::string s;
-               for (const Tensor& t : inputs) s += (s.empty() ? "" : ", ") + t.describe();
-               return s;
-             }());
-  }
-  if (recorder && should_record(*op, inputs)) recorder(op, inputs, outputs, loc);
-  return outputs;
+  return detail::run_dispatch_modes(OpCall{op, inputs, metas, loc});
 }
 
 Tensor dispatch1(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {

@@ -1,13 +1,13 @@
 #pragma once
-#include <functional>
 #include <vector>
 
 #include "kiln/ops/op.h"
 
 namespace kiln {
 
-// Runs an op: checks devices, runs infer, runs the kernel (not on meta), checks for anomalies when
-// anomaly mode is on, and hands the call to the tape recorder when gradients are being recorded.
+// Runs an op: checks devices, runs infer, then passes the call through the dispatch modes (the
+// tape, anomaly checks, the profiler, a tracer: Note [dispatch modes]) to the kernel, which does
+// not run on meta tensors.
 std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc);
 Tensor dispatch1(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc);
 
@@ -16,17 +16,13 @@ Tensor call_op(const std::vector<Tensor>& inputs, const Loc& loc, Args&&... attr
   return dispatch1(std::make_shared<const O>(std::forward<Args>(attrs)...), inputs, loc);
 }
 
-// Note [tape recorder]: the autograd layer sits above ops, yet every op must record itself on the
-// tape. Autograd installs this hook at load time instead of ops including autograd.
-using TapeRecorder = void (*)(const OpPtr& op, const std::vector<Tensor>& inputs,
-                              std::vector<Tensor>& outputs, const Loc& loc);
-void set_tape_recorder(TapeRecorder recorder);
 // Whether any input requires grad and grad mode is on (the dispatcher's own test).
 bool should_record(const Op& op, const std::vector<Tensor>& inputs);
 
-// Observes every dispatched op (used by tests that check registry coverage, later the profiler).
-using DispatchObserver = std::function<void(const Op& op)>;
-void set_dispatch_observer(DispatchObserver observer);
+// The call site of the op whose kernel runs on this thread, for value errors a kernel finds (an
+// index out of range). Kernels take no location so that an op's state is only its attributes;
+// outside a kernel this is a location in the dispatcher.
+const Loc& kernel_call_site();
 
 // NaN/Inf check used by anomaly mode (forward here, backward in the engine).
 bool has_nonfinite(const Tensor& t);

@@ -1,5 +1,7 @@
 #include "kiln/ops/profiler.h"
 
+#include "kiln/ops/dispatch_mode.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -122,22 +124,49 @@ std::string Profiler::table(size_t max_rows) const {
   return s;
 }
 
-namespace detail {
+namespace {
 
 bool profiling_active() {
   return active_count.load(std::memory_order_relaxed) > 0;
 }
 
-OpTimer::OpTimer(const char* name) : name_(name), start_ns_(now_ns()), child_ns_saved_(child_ns) {
-  child_ns = 0;
-}
+// Times one op's kernel (RAII, so a kernel that throws still closes its time).
+class OpTimer {
+ public:
+  explicit OpTimer(const char* name) : name_(name), start_ns_(now_ns()), child_ns_saved_(child_ns) {
+    child_ns = 0;
+  }
+  ~OpTimer() {
+    const int64_t total = now_ns() - start_ns_;
+    const int64_t self = total - child_ns;
+    child_ns = child_ns_saved_ + total;
+    record(name_, self, total, flops_);
+  }
+  void set_flops(double flops) { flops_ = flops; }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
 
-OpTimer::~OpTimer() {
-  const int64_t total = now_ns() - start_ns_;
-  const int64_t self = total - child_ns;
-  child_ns = child_ns_saved_ + total;
-  record(name_, self, total, flops_);
-}
+ private:
+  const char* name_;
+  int64_t start_ns_;
+  int64_t child_ns_saved_;
+  double flops_ = 0.0;
+};
 
-}  // namespace detail
+class ProfileMode final : public DispatchMode {
+ public:
+  const char* name() const override { return "profiler"; }
+  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
+    if (!profiling_active() || call.inputs.empty() || call.inputs[0].is_meta()) return next(call);
+    OpTimer timer(call.op->name());
+    std::vector<Tensor> outputs = next(call);
+    timer.set_flops(call.op->flops(call.inputs, outputs));
+    return outputs;
+  }
+};
+
+const bool profile_installed =
+    (install_process_mode(kProfileRank, std::make_shared<ProfileMode>()), true);
+
+}  // namespace
 }  // namespace kiln

@@ -22,8 +22,8 @@ struct OpProfile {
 // made of ops too, so they show up under their own names (conv2d_backward_weight, ...). Ops a
 // kernel dispatches itself are nested: their time counts as the parent's total but not its self
 // time, so the self column adds up to the time spent in ops. Ops from every thread (DataLoader
-// workers included) are collected. With no active profiler the dispatcher pays one relaxed
-// atomic load per op.
+// workers included) are collected. The profiler is a process-wide dispatch mode (Note [dispatch
+// modes]); with no active profiler it costs one relaxed atomic load per op.
 //
 // KILN_PROFILE=1 in the environment starts a process-wide profiler when kiln is loaded and
 // prints its table to stderr at exit.
@@ -47,25 +47,5 @@ class Profiler {
  private:
   std::shared_ptr<State> state_;
 };
-
-namespace detail {
-// Dispatcher hooks (dispatcher.cpp): whether any profiler is active, and a scope that times one
-// op's execution.
-bool profiling_active();
-class OpTimer {
- public:
-  explicit OpTimer(const char* name);
-  ~OpTimer();
-  void set_flops(double flops) { flops_ = flops; }
-  OpTimer(const OpTimer&) = delete;
-  OpTimer& operator=(const OpTimer&) = delete;
-
- private:
-  const char* name_;
-  int64_t start_ns_;
-  int64_t child_ns_saved_;
-  double flops_ = 0.0;
-};
-}  // namespace detail
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/op_recorder.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -128,10 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, RegistryChannelsLast, ::testing::ValuesIn(channels
 TEST(RegistryCoverage, EveryDispatchedOpIsRegistered) {
   std::set<std::string> seen, registered;
   for (const OpInfo& info : registered_ops()) registered.insert(info.name);
-  set_dispatch_observer([&](const Op& op) { seen.insert(op.name()); });
-  struct Reset {
-    ~Reset() { set_dispatch_observer(nullptr); }
-  } reset;
+  test::RecordOps record;
   for (const Case& c : all_cases()) {
     std::vector<Tensor> leaves;
     for (const Tensor& t : c.sample.inputs) {
@@ -143,6 +141,7 @@ TEST(RegistryCoverage, EveryDispatchedOpIsRegistered) {
     for (const Tensor& o : outs)
       if (o.requires_grad()) o.sum().backward(Tensor(), true);
   }
+  for (const auto& call : record.calls()) seen.insert(call.op->name());
   std::string missing;
   for (const std::string& name : seen)
     if (!registered.count(name)) missing += " " + name;

@@ -10,6 +10,7 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/op_recorder.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -227,14 +228,16 @@ TEST(Unary, SecondDerivatives) {
 
 TEST(Unary, AttributesIdentifyTheOp) {
   std::vector<nlohmann::json> seen;
-  set_dispatch_observer([&](const Op& op) { seen.push_back({{op.name(), op.attrs()}}); });
-  Tensor x = f64({1.0});
-  gelu(x, "tanh");
-  softplus(x, 2.0, 10.0);
-  clamp(x, std::nullopt, 3.0);
-  pow(x, 1.5);
-  exp(x);
-  set_dispatch_observer(nullptr);
+  {
+    test::RecordOps record;
+    Tensor x = f64({1.0});
+    gelu(x, "tanh");
+    softplus(x, 2.0, 10.0);
+    clamp(x, std::nullopt, 3.0);
+    pow(x, 1.5);
+    exp(x);
+    for (const auto& c : record.calls()) seen.push_back({{c.op->name(), c.op->attrs()}});
+  }
   ASSERT_EQ(seen.size(), 5u);
   EXPECT_EQ(seen[0]["gelu"]["approximate"], "tanh");
   EXPECT_EQ(seen[1]["softplus"]["beta"], 2.0);

@@ -1,0 +1,90 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kiln/ops/op.h"
+
+namespace kiln {
+
+// One op call as the dispatcher hands it to modes: the op, its inputs, the output metadata that
+// infer computed, and the caller's line.
+struct OpCall {
+  const OpPtr& op;
+  const std::vector<Tensor>& inputs;
+  const std::vector<TensorMeta>& metas;
+  const Loc& loc;
+};
+
+class DispatchNext;
+
+// Note [dispatch modes]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Everything that wants to see or change op calls (the autograd tape, anomaly checks, the
+// profiler, a tracer, later autocast) is a DispatchMode. A mode intercepts a call: it may work
+// before and after it, and passes the call on with `next(call)`, which runs the modes below it
+// and finally the kernel (not on meta tensors). A mode may also skip `next` and return outputs of
+// its own, or dispatch other ops itself; ops a mode dispatches from inside handle() are seen only
+// by the modes below it (as with PyTorch's dispatch modes, a mode does not see its own work).
+//
+// Order, from the first to see a call to the last:
+//   1. this thread's stack, most recently pushed first (DispatchModeGuard); a mode pushed on one
+//      thread never sees another thread's ops, so modes need no locks;
+//   2. the process-wide modes, by their rank (install_process_mode):
+//        kTapeRank     autograd's tape: records a node for ops whose inputs require grad,
+//        kAnomalyRank  anomaly mode's NaN/Inf check of outputs (active under DetectAnomalyGuard),
+//        kProfileRank  the profiler's timer (active while a Profiler collects; it is process-wide
+//                      so DataLoader workers' ops are counted too);
+//   3. the kernel.
+// So a tracer pushed by the user sees outputs that the tape already recorded (their grad_fn is
+// set), and the profiler times only the kernel. A kernel that dispatches ops itself starts them
+// at the top of the order again.
+class DispatchMode {
+ public:
+  virtual ~DispatchMode() = default;
+  virtual const char* name() const = 0;
+  virtual std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) = 0;
+};
+
+// The rest of the order below the mode that holds it.
+struct DispatchChain;
+class DispatchNext {
+ public:
+  std::vector<Tensor> operator()(const OpCall& call);
+
+ private:
+  friend struct DispatchChain;
+  DispatchNext(const DispatchChain* chain, size_t level) : chain_(chain), level_(level) {}
+  const DispatchChain* chain_;
+  size_t level_;
+};
+
+// Pushes a mode on this thread's stack for the guard's lifetime. Guards must nest (LIFO).
+class DispatchModeGuard {
+ public:
+  explicit DispatchModeGuard(std::shared_ptr<DispatchMode> mode);
+  ~DispatchModeGuard();
+  DispatchModeGuard(const DispatchModeGuard&) = delete;
+  DispatchModeGuard& operator=(const DispatchModeGuard&) = delete;
+
+ private:
+  DispatchMode* mode_;
+};
+
+// This thread's pushed modes, bottom (first pushed) to top.
+std::vector<std::shared_ptr<DispatchMode>> dispatch_mode_stack();
+
+// Process-wide modes, installed once (at load time by the layer that owns them) and never
+// removed; the ranks above fix their order. Installing is thread-safe and cheap to read.
+constexpr int kTapeRank = 100;
+constexpr int kAnomalyRank = 200;
+constexpr int kProfileRank = 300;
+void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode);
+
+namespace detail {
+// The dispatcher's entry into the order (dispatcher.cpp).
+std::vector<Tensor> run_dispatch_modes(const OpCall& call);
+// The last step: run the op's forward on real memory, or make meta outputs.
+std::vector<Tensor> run_kernel(const OpCall& call);
+}  // namespace detail
+
+}  // namespace kiln
