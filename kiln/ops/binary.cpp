@@ -9,6 +9,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -200,6 +201,13 @@ Tensor binary(const Tensor& a, const Tensor& b, const Loc& loc) {
   static const OpPtr op = std::make_shared<const BinaryOp<Fn>>();
   return dispatch1(op, {a, b}, loc);
 }
+
+template <class... Fn>
+bool register_binary_ops() {
+  return (register_op({Fn::kName, {{"a", "b"}, {"y"}}, no_attrs<BinaryOp<Fn>>()}) & ...);
+}
+const bool binary_ops_registered =
+    register_binary_ops<AddFn, SubFn, MulFn, DivFn, PowFn, MaximumFn, MinimumFn>();
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -70,6 +71,9 @@ class ChannelAffineOp final : public Op {
     return grads;
   }
 };
+
+KILN_REGISTER_OP("channel_affine", (OpSchema{{"x", "scale", "shift"}, {"y"}}),
+                 no_attrs<ChannelAffineOp>());
 
 }  // namespace
 

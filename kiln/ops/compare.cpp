@@ -6,6 +6,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -210,6 +211,16 @@ class WhereOp final : public Op {
   // Only the condition is needed; a and b contribute just their metadata.
   Saves saves() const override { return {true, false, ~uint64_t{0}, /*input_mask=*/1}; }
 };
+
+template <class... Fn>
+bool register_bool_binary_ops() {
+  return (register_op({Fn::kName, {{"a", "b"}, {"y"}}, no_attrs<BoolBinaryOp<Fn>>()}) & ...);
+}
+const bool compare_ops_registered =
+    register_bool_binary_ops<EqFn, NeFn, LtFn, LeFn, GtFn, GeFn, LogicalAndFn, LogicalOrFn,
+                             LogicalXorFn>() &
+    register_op({"logical_not", {{"x"}, {"y"}}, no_attrs<LogicalNotOp>()}) &
+    register_op({"where", {{"condition", "a", "b"}, {"y"}}, no_attrs<WhereOp>()});
 
 }  // namespace
 

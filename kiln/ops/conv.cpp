@@ -137,6 +137,11 @@ class Conv2dOp final : public Op {
   Conv2dOptions options_;
 };
 
+KILN_REGISTER_OP("conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const Conv2dOp>(detail::conv_options_from_attrs(a));
+                 });
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,

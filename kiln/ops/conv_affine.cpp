@@ -7,6 +7,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 
 namespace kiln {
@@ -76,6 +77,13 @@ Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& scale, cons
   return relu_after ? relu(y, loc) : y;
 }
 
+KILN_REGISTER_OP("conv2d_affine",
+                 (OpSchema{{"input", "weight", "scale", "shift", "residual?"}, {"output"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const Conv2dAffineOp>(detail::conv_options_from_attrs(a),
+                                                                 a.b("relu"));
+                 });
+
 }  // namespace
 
 Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& scale,
@@ -125,6 +133,16 @@ std::vector<OpSample> conv2d_affine_samples() {
        fn({}, false),
        "F.conv2d(a0, a1)" + affine},
   };
+  // float32 without gradients is where the fused op itself runs (the others record the
+  // composition), so the registry tests see the op. No torch expression: the fuzzer's catalog
+  // stays as it is.
+  auto f32 = [&](Shape shape, uint64_t seed) {
+    return to_dtype(t(std::move(shape), seed), DType::Float32);
+  };
+  s.push_back({"fused_float32",
+               {f32({2, 3, 6, 6}, 414), f32({4, 3, 3, 3}, 415), f32({4}, 416), f32({4}, 417),
+                f32({2, 4, 6, 6}, 418)},
+               fn({.padding = 1}, true)});
   // Not differentiable itself: conv2d_affine records the composition when a gradient is needed.
   for (OpSample& sample : s) sample.check_grad = false;
   return s;

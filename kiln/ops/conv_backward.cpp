@@ -163,6 +163,23 @@ class Conv2dBackwardWeightOp final : public Op {
   Conv2dOptions options_;
 };
 
+Size2 size2_attr(const Attrs& a, const char* key) {
+  std::vector<int64_t> v = a.ints(key);
+  if (v.size() != 2) a.fail(key, "must hold 2 integers (h, w)");
+  return {v[0], v[1]};
+}
+
+KILN_REGISTER_OP("conv2d_backward_input", (OpSchema{{"grad_output", "weight"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const Conv2dBackwardInputOp>(
+                       size2_attr(a, "input_size"), detail::conv_options_from_attrs(a));
+                 });
+KILN_REGISTER_OP("conv2d_backward_weight", (OpSchema{{"input", "grad_output"}, {"grad_weight"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const Conv2dBackwardWeightOp>(
+                       size2_attr(a, "kernel_size"), detail::conv_options_from_attrs(a));
+                 });
+
 }  // namespace
 
 Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, Size2 input_size,

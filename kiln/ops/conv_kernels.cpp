@@ -100,6 +100,27 @@ nlohmann::json conv_attrs(const Conv2dOptions& o) {
           {"groups", o.groups}};
 }
 
+Conv2dOptions conv_options_from_attrs(const Attrs& a) {
+  auto pair = [&](const char* key) {
+    std::vector<int64_t> v = a.ints(key);
+    if (v.size() != 2) a.fail(key, "must hold 2 integers (h, w)");
+    return Size2(v[0], v[1]);
+  };
+  Conv2dOptions o;
+  o.stride = pair("stride");
+  o.dilation = pair("dilation");
+  o.groups = a.i("groups");
+  if (a.at("padding").is_string()) {
+    o.padding = Padding(a.s("padding"));
+  } else {
+    std::vector<int64_t> p = a.ints("padding");
+    if (p.size() != 4)
+      a.fail("padding", "must be a string or 4 integers [top, bottom, left, right]");
+    o.padding = Padding::asymmetric(p[0], p[1], p[2], p[3]);
+  }
+  return o;
+}
+
 std::string short_desc(const Tensor& t) {
   return dtype_name(t.dtype()) + shape_str(t.shape());
 }

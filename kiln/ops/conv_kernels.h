@@ -8,6 +8,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/op_factory.h"
 
 namespace kiln {
 namespace detail {
@@ -41,6 +42,8 @@ void check_conv_options(const char* op, const Conv2dOptions& o, const Loc& loc);
 // The op attributes: stride, padding ("same", "valid" or [top, bottom, left, right]), dilation,
 // groups.
 nlohmann::json conv_attrs(const Conv2dOptions& o);
+// Reads them back (Note [op factory]).
+Conv2dOptions conv_options_from_attrs(const Attrs& a);
 
 // "float32[8, 3, 28, 28]": conv errors print several operands, so the device is left out.
 std::string short_desc(const Tensor& t);

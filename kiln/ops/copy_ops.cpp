@@ -2,6 +2,7 @@
 // must) and to_dtype. Each writes a fresh tensor; their gradients pass straight through.
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -42,6 +43,11 @@ class ToDtypeOp final : public Op {
  private:
   DType dtype_;
 };
+
+KILN_REGISTER_OP("clone", (OpSchema{{"x"}, {"y"}}), no_attrs<CloneOp>());
+KILN_REGISTER_OP("to_dtype", (OpSchema{{"x"}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const ToDtypeOp>(a.dtype("dtype"));
+});
 
 }  // namespace
 

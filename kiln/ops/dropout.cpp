@@ -8,6 +8,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln {
@@ -54,6 +55,10 @@ class DropoutOp final : public Op {
  private:
   double scale_;
 };
+
+KILN_REGISTER_OP("dropout", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const DropoutOp>(a.f("scale"));
+});
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -27,7 +28,7 @@ void check_indices_dtype(const char* op, const Tensor& indices, const Loc& loc) 
 }
 
 // Values are checked serially before any parallel work (see Note [index checks] in
-// indexing.cpp); kernels have no call site, so the ops keep the caller's location.
+// indexing.cpp); kernels name the caller's line through kernel_call_site().
 std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t num_rows,
                                      const std::string& rows_of, const Loc& loc) {
   std::vector<int64_t> idx = indices.to_vector<int64_t>();
@@ -42,7 +43,7 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int6
 
 class EmbeddingOp final : public Op {
  public:
-  EmbeddingOp(std::optional<int64_t> padding_idx, Loc loc) : padding_idx_(padding_idx), loc_(loc) {}
+  explicit EmbeddingOp(std::optional<int64_t> padding_idx) : padding_idx_(padding_idx) {}
   const char* name() const override { return "embedding"; }
   nlohmann::json attrs() const override { return {{"padding_idx", padding_json(padding_idx_)}}; }
 
@@ -59,7 +60,7 @@ class EmbeddingOp final : public Op {
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const Tensor& w = in[0];
     const std::vector<int64_t> idx =
-        checked_indices(name(), in[1], w.size(0), "weight " + w.describe(), loc_);
+        checked_indices(name(), in[1], w.size(0), "weight " + w.describe(), kernel_call_site());
     const int64_t d = w.size(1), n = static_cast<int64_t>(idx.size());
     const int64_t s0 = w.stride(0), s1 = w.stride(1);
     if (out[0].numel() == 0) return;  // D = 0 or no indices: nothing to copy (and maybe no memory)
@@ -90,13 +91,12 @@ class EmbeddingOp final : public Op {
 
  private:
   std::optional<int64_t> padding_idx_;  // in [0, V)
-  Loc loc_;
 };
 
 class EmbeddingBackwardOp final : public Op {
  public:
-  EmbeddingBackwardOp(int64_t num_weights, std::optional<int64_t> padding_idx, Loc loc)
-      : num_weights_(num_weights), padding_idx_(padding_idx), loc_(loc) {}
+  EmbeddingBackwardOp(int64_t num_weights, std::optional<int64_t> padding_idx)
+      : num_weights_(num_weights), padding_idx_(padding_idx) {}
   const char* name() const override { return "embedding_backward"; }
   nlohmann::json attrs() const override {
     return {{"num_weights", num_weights_}, {"padding_idx", padding_json(padding_idx_)}};
@@ -124,8 +124,9 @@ class EmbeddingBackwardOp final : public Op {
       NoGradGuard no_grad;
       g = contiguous(g);
     }
-    const std::vector<int64_t> idx = checked_indices(
-        name(), in[1], num_weights_, fmt::format("the weight ([{}, D])", num_weights_), loc_);
+    const std::vector<int64_t> idx =
+        checked_indices(name(), in[1], num_weights_,
+                        fmt::format("the weight ([{}, D])", num_weights_), kernel_call_site());
     const int64_t d = g.shape().back(), n = static_cast<int64_t>(idx.size());
     const int64_t pad = padding_idx_.value_or(-1);
     zero_fill(out[0]);
@@ -162,7 +163,6 @@ class EmbeddingBackwardOp final : public Op {
  private:
   int64_t num_weights_;
   std::optional<int64_t> padding_idx_;
-  Loc loc_;
 };
 
 std::optional<int64_t> wrap_padding(const char* op, std::optional<int64_t> padding_idx,
@@ -174,6 +174,16 @@ std::optional<int64_t> wrap_padding(const char* op, std::optional<int64_t> paddi
   return *padding_idx < 0 ? *padding_idx + num_rows : *padding_idx;
 }
 
+KILN_REGISTER_OP("embedding", (OpSchema{{"weight", "indices"}, {"y"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const EmbeddingOp>(a.opt_i("padding_idx"));
+                 });
+KILN_REGISTER_OP("embedding_backward", (OpSchema{{"grad_output", "indices"}, {"grad_weight"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const EmbeddingBackwardOp>(a.i("num_weights"),
+                                                                      a.opt_i("padding_idx"));
+                 });
+
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx,
@@ -181,15 +191,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   if (weight.dim() != 2)
     fail("embedding", loc, "expected a weight of rank 2 [V, D], but got {}", weight.describe());
   return call_op<EmbeddingOp>({weight, indices}, loc,
-                              wrap_padding("embedding", padding_idx, weight.size(0), weight, loc),
-                              loc);
+                              wrap_padding("embedding", padding_idx, weight.size(0), weight, loc));
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
                           std::optional<int64_t> padding_idx, const Loc& loc) {
   return call_op<EmbeddingBackwardOp>(
       {grad, indices}, loc, num_weights,
-      wrap_padding("embedding_backward", padding_idx, num_weights, grad, loc), loc);
+      wrap_padding("embedding_backward", padding_idx, num_weights, grad, loc));
 }
 
 namespace {

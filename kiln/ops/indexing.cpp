@@ -9,6 +9,7 @@
 #include "kiln/ops/factories.h"
 #include "kiln/ops/join.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -32,8 +33,8 @@ void check_index_dtype(const char* op, const Tensor& index, const Loc& loc) {
 
 // Note [index checks]: index values are validated in one serial pass before any parallel work,
 // so a bad value is an Error naming it (never a crash, and never a throw inside an OpenMP
-// region, which would terminate the process). Kernels have no call site, so the ops that check
-// values keep the caller's location.
+// region, which would terminate the process). Value errors name the caller's line through
+// kernel_call_site().
 void check_index_values(const char* op, const Tensor& index, int64_t bound, const Tensor& x,
                         int64_t dim, const Loc& loc) {
   const std::vector<int64_t> values = index.to_vector<int64_t>();
@@ -95,7 +96,7 @@ void check_same_rank_index(const char* op, const Tensor& x, int64_t dim, const T
 
 class GatherOp final : public Op {
  public:
-  GatherOp(int64_t dim, Loc loc) : dim_(dim), loc_(loc) {}
+  explicit GatherOp(int64_t dim) : dim_(dim) {}
   const char* name() const override { return "gather"; }
   nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
@@ -108,7 +109,7 @@ class GatherOp final : public Op {
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
     const Tensor &x = in[0], &index = in[1], &out = outs[0];
     const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, loc_);
+    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
     const Shape shape = shape_or_one(index);
     const int64_t n = shape[d];
     const Strides os = strides_or_one(out), is = strides_or_one(index), xs = strides_or_one(x);
@@ -133,12 +134,11 @@ class GatherOp final : public Op {
 
  private:
   int64_t dim_;
-  Loc loc_;
 };
 
 class ScatterAddOp final : public Op {
  public:
-  ScatterAddOp(int64_t dim, Loc loc) : dim_(dim), loc_(loc) {}
+  explicit ScatterAddOp(int64_t dim) : dim_(dim) {}
   const char* name() const override { return "scatter_add"; }
   nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
@@ -159,7 +159,7 @@ class ScatterAddOp final : public Op {
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
     const Tensor &x = in[0], &index = in[1], &src = in[2], &out = outs[0];
     const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, loc_);
+    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
     copy_into(out, x);
     const Shape shape = shape_or_one(index);
     const int64_t n = shape[d];
@@ -201,12 +201,11 @@ class ScatterAddOp final : public Op {
 
  private:
   int64_t dim_;
-  Loc loc_;
 };
 
 class IndexSelectOp final : public Op {
  public:
-  IndexSelectOp(int64_t dim, Loc loc) : dim_(dim), loc_(loc) {}
+  explicit IndexSelectOp(int64_t dim) : dim_(dim) {}
   const char* name() const override { return "index_select"; }
   nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
@@ -229,7 +228,7 @@ class IndexSelectOp final : public Op {
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
     const Tensor &x = in[0], &index = in[1], &out = outs[0];
     const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, loc_);
+    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
     if (x.dim() == 0) {
       copy_into(out, x);
       return;
@@ -283,14 +282,13 @@ class IndexSelectOp final : public Op {
 
  private:
   int64_t dim_;
-  Loc loc_;
 };
 
 class MaskedFillOp final : public Op {
  public:
   explicit MaskedFillOp(double value) : value_(value) {}
   const char* name() const override { return "masked_fill"; }
-  nlohmann::json attrs() const override { return {{"value", value_}}; }
+  nlohmann::json attrs() const override { return {{"value", attr_double(value_)}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &mask = in[1];
@@ -323,7 +321,7 @@ class MaskedFillOp final : public Op {
 
 class OneHotOp final : public Op {
  public:
-  OneHotOp(int64_t num_classes, Loc loc) : num_classes_(num_classes), loc_(loc) {}
+  explicit OneHotOp(int64_t num_classes) : num_classes_(num_classes) {}
   const char* name() const override { return "one_hot"; }
   nlohmann::json attrs() const override { return {{"num_classes", num_classes_}}; }
   bool differentiable() const override { return false; }
@@ -345,7 +343,7 @@ class OneHotOp final : public Op {
     const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
     for (size_t i = 0; i < labels.size(); ++i)
       if (labels[i] < 0 || labels[i] >= num_classes_)
-        fail(name(), loc_,
+        fail(name(), kernel_call_site(),
              "expected labels in [0, {}) (num_classes {}), but got {} at position {} of {}",
              num_classes_, num_classes_, labels[i], i, in[0].describe());
     int64_t* po = static_cast<int64_t*>(outs[0].raw_data());
@@ -357,22 +355,35 @@ class OneHotOp final : public Op {
 
  private:
   int64_t num_classes_;
-  Loc loc_;
 };
+
+template <class O>
+OpFactory dim_op() {
+  return [](const Attrs& a) -> OpPtr { return std::make_shared<const O>(a.i("dim")); };
+}
+KILN_REGISTER_OP("gather", (OpSchema{{"x", "index"}, {"y"}}), dim_op<GatherOp>());
+KILN_REGISTER_OP("scatter_add", (OpSchema{{"x", "index", "src"}, {"y"}}), dim_op<ScatterAddOp>());
+KILN_REGISTER_OP("index_select", (OpSchema{{"x", "index"}, {"y"}}), dim_op<IndexSelectOp>());
+KILN_REGISTER_OP("masked_fill", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const MaskedFillOp>(a.f("value"));
+});
+KILN_REGISTER_OP("one_hot", (OpSchema{{"labels"}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const OneHotOp>(a.i("num_classes"));
+});
 
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Loc& loc) {
-  return call_op<GatherOp>({x, index}, loc, dim, loc);
+  return call_op<GatherOp>({x, index}, loc, dim);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                    const Loc& loc) {
-  return call_op<ScatterAddOp>({x, index, src}, loc, dim, loc);
+  return call_op<ScatterAddOp>({x, index, src}, loc, dim);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const Loc& loc) {
-  return call_op<IndexSelectOp>({x, index}, loc, dim, loc);
+  return call_op<IndexSelectOp>({x, index}, loc, dim);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, const Loc& loc) {
@@ -396,7 +407,7 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes, const Loc& loc) {
     const std::vector<int64_t> values = labels.to_vector<int64_t>();
     num_classes = *std::max_element(values.begin(), values.end()) + 1;
   }
-  return call_op<OneHotOp>({labels}, loc, num_classes, loc);
+  return call_op<OneHotOp>({labels}, loc, num_classes);
 }
 
 namespace {

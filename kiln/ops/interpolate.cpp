@@ -9,6 +9,7 @@
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -24,13 +25,27 @@ struct Resize {
   std::string coordinate_mode;
 
   nlohmann::json json() const {
-    auto opt = [](std::optional<double> v) {
-      return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-    };
     return {{"size", {out_h, out_w}},
-            {"scale_factor", {opt(factor_h), opt(factor_w)}},
+            {"scale_factor", {attr_optional(factor_h), attr_optional(factor_w)}},
             {"mode", bilinear ? "bilinear" : "nearest"},
             {"coordinate_mode", coordinate_mode}};
+  }
+  static Resize from_json(const Attrs& a) {
+    Resize r;
+    std::vector<int64_t> size = a.ints("size");
+    if (size.size() != 2) a.fail("size", "must hold 2 integers (h, w)");
+    r.out_h = size[0], r.out_w = size[1];
+    const nlohmann::json& f = a.at("scale_factor");
+    if (!f.is_array() || f.size() != 2) a.fail("scale_factor", "must hold 2 entries (h, w)");
+    nlohmann::json fh = {{"v", f[0]}}, fw = {{"v", f[1]}};
+    r.factor_h = Attrs(a.op(), fh).opt_f("v");
+    r.factor_w = Attrs(a.op(), fw).opt_f("v");
+    const std::string mode = a.s("mode");
+    if (mode != "bilinear" && mode != "nearest")
+      a.fail("mode", "must be \"nearest\" or \"bilinear\"");
+    r.bilinear = mode == "bilinear";
+    r.coordinate_mode = a.s("coordinate_mode");
+    return r;
   }
 };
 
@@ -303,6 +318,15 @@ class InterpolateBackwardOp final : public Op {
   Shape input_shape_;
   Resize r_;
 };
+
+KILN_REGISTER_OP("interpolate", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const InterpolateOp>(Resize::from_json(a));
+});
+KILN_REGISTER_OP("interpolate_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const InterpolateBackwardOp>(a.ints("input_shape"),
+                                                                        Resize::from_json(a));
+                 });
 
 Tensor interpolate_resolved(const Tensor& x, const Resize& r, const Loc& loc) {
   return call_op<InterpolateOp>({x}, loc, r);

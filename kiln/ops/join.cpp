@@ -3,6 +3,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/type_promotion.h"
@@ -99,6 +100,9 @@ class CatOp final : public Op {
  private:
   int64_t dim_;
 };
+
+KILN_REGISTER_OP("cat", (OpSchema{{"tensors..."}, {"y"}}),
+                 [](const Attrs& a) -> OpPtr { return std::make_shared<const CatOp>(a.i("dim")); });
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -331,6 +332,8 @@ class BmmOp final : public Op {
     return {ga, gb};
   }
 };
+
+KILN_REGISTER_OP("bmm", (OpSchema{{"a", "b"}, {"y"}}), no_attrs<BmmOp>());
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include "kiln/ops/indexing.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/loss.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -159,16 +160,13 @@ void cross_entropy_rows(const Tensor& x, const Tensor& target, const std::vector
 // builds exactly that from public ops, so higher-order gradients work.
 class CrossEntropyOp final : public Op {
  public:
-  CrossEntropyOp(int64_t ignore_index, Reduction reduction, double label_smoothing, Loc loc)
-      : ignore_index_(ignore_index),
-        reduction_(reduction),
-        label_smoothing_(label_smoothing),
-        loc_(loc) {}
+  CrossEntropyOp(int64_t ignore_index, Reduction reduction, double label_smoothing)
+      : ignore_index_(ignore_index), reduction_(reduction), label_smoothing_(label_smoothing) {}
   const char* name() const override { return "cross_entropy"; }
   nlohmann::json attrs() const override {
     return {{"ignore_index", ignore_index_},
             {"reduction", reduction_name(reduction_)},
-            {"label_smoothing", label_smoothing_}};
+            {"label_smoothing", attr_double(label_smoothing_)}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
@@ -190,7 +188,8 @@ class CrossEntropyOp final : public Op {
       target = contiguous(target);
     }
     const ClassLayout cl = layout(x, target);
-    if (!cl.probs) check_target_values(name(), target, cl.classes, ignore_index_, x, loc_);
+    if (!cl.probs)
+      check_target_values(name(), target, cl.classes, ignore_index_, x, kernel_call_site());
     std::vector<double> w(static_cast<size_t>(cl.classes), 1.0);
     if (in.size() > 2) w = in[2].to_vector<double>();
     const int64_t positions = shape_numel(cl.loss_shape);
@@ -271,14 +270,21 @@ class CrossEntropyOp final : public Op {
 
  private:
   ClassLayout layout(const Tensor& x, const Tensor& target) const {
-    return check_class_args(name(), x, target, Tensor(), true, ignore_index_, reduction_, loc_);
+    return check_class_args(name(), x, target, Tensor(), true, ignore_index_, reduction_,
+                            kernel_call_site());
   }
 
   int64_t ignore_index_;
   Reduction reduction_;
   double label_smoothing_;
-  Loc loc_;  // kernels have no call site; value errors name the caller's line
 };
+
+KILN_REGISTER_OP("cross_entropy", (OpSchema{{"input", "target", "weight?"}, {"loss"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const CrossEntropyOp>(
+                       a.i("ignore_index"), reduction_from_string(a.s("reduction")),
+                       a.f("label_smoothing"));
+                 });
 
 Tensor apply_class_reduction(const Tensor& loss, const Tensor& normalizer, Reduction reduction,
                              const Loc& loc) {
@@ -294,7 +300,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
                      const Loc& loc) {
   std::vector<Tensor> inputs{logits, target};
   if (weight.defined()) inputs.push_back(weight);
-  return call_op<CrossEntropyOp>(inputs, loc, ignore_index, reduction, label_smoothing, loc);
+  return call_op<CrossEntropyOp>(inputs, loc, ignore_index, reduction, label_smoothing);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight,

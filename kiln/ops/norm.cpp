@@ -10,6 +10,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -101,7 +102,8 @@ class NormOp final : public Op {
         has_bias_(has_bias) {}
   const char* name() const override { return kind_name(kind_); }
   nlohmann::json attrs() const override {
-    nlohmann::json j = {{"eps", eps_}, {"has_weight", has_weight_}, {"has_bias", has_bias_}};
+    nlohmann::json j = {
+        {"eps", attr_double(eps_)}, {"has_weight", has_weight_}, {"has_bias", has_bias_}};
     if (kind_ == NormKind::kGroup) j["num_groups"] = groups_or_k_;
     if (kind_ == NormKind::kLayer) j["normalized_rank"] = groups_or_k_;
     return j;
@@ -204,6 +206,20 @@ class NormOp final : public Op {
   double eps_;
   bool has_weight_, has_bias_;
 };
+
+template <NormKind kKind>
+OpPtr make_norm(const Attrs& a) {
+  const int64_t k = kKind == NormKind::kGroup   ? a.i("num_groups")
+                    : kKind == NormKind::kLayer ? a.i("normalized_rank")
+                                                : 0;
+  return std::make_shared<const NormOp>(kKind, k, a.f("eps"), a.b("has_weight"), a.b("has_bias"));
+}
+KILN_REGISTER_OP("batch_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
+                 make_norm<NormKind::kBatch>);
+KILN_REGISTER_OP("layer_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
+                 make_norm<NormKind::kLayer>);
+KILN_REGISTER_OP("group_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
+                 make_norm<NormKind::kGroup>);
 
 std::vector<Tensor> run_norm(NormKind kind, const Tensor& x, int64_t groups_or_k,
                              const Tensor& weight, const Tensor& bias, double eps, const Loc& loc) {

@@ -8,6 +8,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -24,7 +25,9 @@ class BatchNormBackwardOp final : public Op {
       : eps_(eps), has_weight_(has_weight), has_stat_grads_(has_stat_grads) {}
   const char* name() const override { return "batch_norm_backward"; }
   nlohmann::json attrs() const override {
-    return {{"eps", eps_}, {"has_weight", has_weight_}, {"has_stat_grads", has_stat_grads_}};
+    return {{"eps", attr_double(eps_)},
+            {"has_weight", has_weight_},
+            {"has_stat_grads", has_stat_grads_}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
@@ -74,6 +77,15 @@ class BatchNormBackwardOp final : public Op {
   double eps_;
   bool has_weight_, has_stat_grads_;
 };
+
+KILN_REGISTER_OP("batch_norm_backward",
+                 (OpSchema{
+                     {"grad_output", "input", "mean", "var", "weight?", "grad_mean?", "grad_var?"},
+                     {"grad_input", "grad_weight", "grad_bias"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const BatchNormBackwardOp>(a.f("eps"), a.b("has_weight"),
+                                                                      a.b("has_stat_grads"));
+                 });
 
 }  // namespace
 

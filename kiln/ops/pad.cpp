@@ -10,6 +10,7 @@
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -201,7 +202,7 @@ class PadOp final : public Op {
       : pads_(std::move(pads)), mode_(std::move(mode)), value_(value) {}
   const char* name() const override { return "pad"; }
   nlohmann::json attrs() const override {
-    return {{"pads", pads_}, {"mode", mode_}, {"value", value_}};
+    return {{"pads", pads_}, {"mode", mode_}, {"value", attr_double(value_)}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
@@ -276,6 +277,15 @@ class PadBackwardOp final : public Op {
   std::vector<int64_t> pads_;
   std::string mode_;
 };
+
+KILN_REGISTER_OP("pad", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const PadOp>(a.ints("pads"), a.s("mode"), a.f("value"));
+});
+KILN_REGISTER_OP("pad_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const PadBackwardOp>(a.ints("input_shape"),
+                                                                a.ints("pads"), a.s("mode"));
+                 });
 
 }  // namespace
 

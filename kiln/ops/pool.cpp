@@ -11,6 +11,7 @@ namespace kiln {
 namespace {
 
 using detail::adaptive_avg_pool_kernel;
+using detail::avg_from_json;
 using detail::avg_json;
 using detail::avg_options;
 using detail::avg_params;
@@ -19,9 +20,11 @@ using detail::AvgParams;
 using detail::check_avg_params;
 using detail::check_pool_input;
 using detail::check_pool_params;
+using detail::max_from_json;
 using detail::max_json;
 using detail::max_params;
 using detail::max_pool_kernel;
+using detail::pair_from_json;
 using detail::pair_json;
 using detail::PoolParams;
 using detail::with_spatial;
@@ -127,6 +130,23 @@ class AdaptiveAvgPool2dOp final : public Op {
  private:
   Size2 output_size_;
 };
+
+template <bool kWithIndices>
+OpPtr make_max_pool(const Attrs& a) {
+  return std::make_shared<const MaxPool2dOp>(max_from_json(a), kWithIndices);
+}
+// Both names output the indices too (the gradient reads them); max_pool2d() returns the first.
+KILN_REGISTER_OP("max_pool2d", (OpSchema{{"input"}, {"output", "indices"}}), make_max_pool<false>);
+KILN_REGISTER_OP("max_pool2d_with_indices", (OpSchema{{"input"}, {"output", "indices"}}),
+                 make_max_pool<true>);
+KILN_REGISTER_OP("avg_pool2d", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const AvgPool2dOp>(avg_from_json(a));
+});
+KILN_REGISTER_OP("adaptive_avg_pool2d", (OpSchema{{"input"}, {"output"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const AdaptiveAvgPool2dOp>(
+                       pair_from_json(a, "output_size"));
+                 });
 
 }  // namespace
 

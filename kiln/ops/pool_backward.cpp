@@ -16,6 +16,7 @@ namespace kiln {
 namespace {
 
 using detail::adaptive_avg_pool_backward_kernel;
+using detail::avg_from_json;
 using detail::avg_json;
 using detail::avg_options;
 using detail::avg_params;
@@ -27,12 +28,13 @@ using detail::check_input_size;
 using detail::check_pool_input;
 using detail::check_pool_params;
 using detail::max_pool_backward_kernel;
+using detail::pair_from_json;
 using detail::pair_json;
 using detail::with_spatial;
 
 class MaxPool2dBackwardOp final : public Op {
  public:
-  MaxPool2dBackwardOp(Size2 input_size, Loc loc) : input_size_(input_size), loc_(loc) {}
+  explicit MaxPool2dBackwardOp(Size2 input_size) : input_size_(input_size) {}
   const char* name() const override { return "max_pool2d_backward"; }
   nlohmann::json attrs() const override { return {{"input_size", pair_json(input_size_)}}; }
 
@@ -51,7 +53,7 @@ class MaxPool2dBackwardOp final : public Op {
     const int64_t bad = max_pool_backward_kernel(in[0], in[1], out[0]);
     if (bad < 0) return;
     const Tensor& indices = in[1];
-    fail(name(), loc_,
+    fail(name(), kernel_call_site(),
          "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at position {} "
          "of indices {}",
          input_size_.h * input_size_.w, input_size_.h, input_size_.w,
@@ -68,7 +70,6 @@ class MaxPool2dBackwardOp final : public Op {
 
  private:
   Size2 input_size_;
-  Loc loc_;
 };
 
 class AvgPool2dBackwardOp final : public Op {
@@ -141,11 +142,27 @@ class AdaptiveAvgPool2dBackwardOp final : public Op {
   Size2 input_size_;
 };
 
+KILN_REGISTER_OP("max_pool2d_backward", (OpSchema{{"grad_output", "indices"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const MaxPool2dBackwardOp>(
+                       pair_from_json(a, "input_size"));
+                 });
+KILN_REGISTER_OP("avg_pool2d_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const AvgPool2dBackwardOp>(
+                       pair_from_json(a, "input_size"), avg_from_json(a));
+                 });
+KILN_REGISTER_OP("adaptive_avg_pool2d_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const AdaptiveAvgPool2dBackwardOp>(
+                       pair_from_json(a, "input_size"));
+                 });
+
 }  // namespace
 
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, Size2 input_size,
                            const Loc& loc) {
-  return call_op<MaxPool2dBackwardOp>({grad, indices}, loc, input_size, loc);
+  return call_op<MaxPool2dBackwardOp>({grad, indices}, loc, input_size);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad, Size2 input_size, Size2 kernel_size,

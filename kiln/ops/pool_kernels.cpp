@@ -408,6 +408,26 @@ nlohmann::json avg_json(const AvgParams& a) {
   return j;
 }
 
+Size2 pair_from_json(const Attrs& a, const char* key) {
+  std::vector<int64_t> v = a.ints(key);
+  if (v.size() != 2) a.fail(key, "must hold 2 integers (h, w)");
+  return {v[0], v[1]};
+}
+
+PoolParams max_from_json(const Attrs& a) {
+  PoolParams p;
+  p.kernel = pair_from_json(a, "kernel_size");
+  p.stride = pair_from_json(a, "stride");
+  p.padding = pair_from_json(a, "padding");
+  if (a.has("dilation")) p.dilation = pair_from_json(a, "dilation");
+  p.ceil_mode = a.b("ceil_mode");
+  return p;
+}
+
+AvgParams avg_from_json(const Attrs& a) {
+  return {max_from_json(a), a.b("count_include_pad"), a.opt_i("divisor_override")};
+}
+
 void check_avg_params(const char* op, const AvgParams& a, const Loc& loc) {
   if (a.divisor_override && *a.divisor_override == 0)
     fail(op, loc, "expected a non-zero divisor_override, but got 0");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/core/tensor.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/pool.h"
 
 namespace kiln {
@@ -30,6 +31,10 @@ AvgPool2dOptions avg_options(const AvgParams& a);
 nlohmann::json pair_json(Size2 s);
 nlohmann::json max_json(const PoolParams& p);
 nlohmann::json avg_json(const AvgParams& a);
+// Read back (Note [op factory]).
+Size2 pair_from_json(const Attrs& a, const char* key);
+PoolParams max_from_json(const Attrs& a);
+AvgParams avg_from_json(const Attrs& a);
 
 // [N, C, H, W] or [C, H, W], a floating dtype, non-empty C, H and W; `what` names the operand.
 void check_pool_input(const char* op, const char* what, const Tensor& x, const Loc& loc);

@@ -9,6 +9,7 @@
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce_kernels.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
@@ -178,6 +179,26 @@ class ArgExtremumOp final : public Op {
   std::optional<int64_t> dim_;
   bool keepdim_;
 };
+
+template <class O>
+OpFactory reduce_op() {
+  return [](const Attrs& a) -> OpPtr {
+    return std::make_shared<const O>(a.ints("dims"), a.b("keepdim"));
+  };
+}
+template <class O>
+OpFactory arg_op() {
+  return [](const Attrs& a) -> OpPtr {
+    return std::make_shared<const O>(a.opt_i("dim"), a.b("keepdim"));
+  };
+}
+const OpSchema kReduceSchema{{"x"}, {"y"}};
+KILN_REGISTER_OP("sum", kReduceSchema, reduce_op<SumOp>());
+KILN_REGISTER_OP("prod", kReduceSchema, reduce_op<ProdOp>());
+KILN_REGISTER_OP("max", kReduceSchema, reduce_op<ExtremumOp<true>>());
+KILN_REGISTER_OP("min", kReduceSchema, reduce_op<ExtremumOp<false>>());
+KILN_REGISTER_OP("argmax", kReduceSchema, arg_op<ArgExtremumOp<true>>());
+KILN_REGISTER_OP("argmin", kReduceSchema, arg_op<ArgExtremumOp<false>>());
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/unary.h"
 
@@ -44,6 +45,9 @@ class ReluBackwardOp final : public Op {
     return grads;
   }
 };
+
+KILN_REGISTER_OP("relu_backward", (OpSchema{{"grad_output", "input"}, {"grad_input"}}),
+                 no_attrs<ReluBackwardOp>());
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 
@@ -165,8 +166,8 @@ class SliceOp final : public ViewOp {
   const char* name() const override { return "slice"; }
   nlohmann::json attrs() const override {
     return {{"dim", dim_},
-            {"start", start_ ? nlohmann::json(*start_) : nlohmann::json()},
-            {"end", end_ ? nlohmann::json(*end_) : nlohmann::json()},
+            {"start", attr_optional(start_)},
+            {"end", attr_optional(end_)},
             {"step", step_}};
   }
   Geometry geometry(const Tensor& x, const Loc& loc) const override {
@@ -265,6 +266,33 @@ class ExpandOp final : public ViewOp {
  private:
   Shape shape_;
 };
+
+// One op class, four names: the name says which function the caller used (errors, traces).
+template <const char* kName>
+OpPtr make_reshape(const Attrs& a) {
+  return std::make_shared<const ReshapeOp>(kName, a.ints("shape"));
+}
+constexpr char kReshape[] = "reshape", kView[] = "view", kSqueeze[] = "squeeze",
+               kUnsqueeze[] = "unsqueeze";
+const OpSchema kViewSchema{{"x"}, {"y"}};
+KILN_REGISTER_OP(kReshape, kViewSchema, make_reshape<kReshape>);
+KILN_REGISTER_OP(kView, kViewSchema, make_reshape<kView>);
+KILN_REGISTER_OP(kSqueeze, kViewSchema, make_reshape<kSqueeze>);
+KILN_REGISTER_OP(kUnsqueeze, kViewSchema, make_reshape<kUnsqueeze>);
+KILN_REGISTER_OP("permute", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const PermuteOp>(a.ints("dims"));
+});
+KILN_REGISTER_OP("slice", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const SliceOp>(a.i("dim"), a.opt_i("start"), a.opt_i("end"), a.i("step"));
+});
+KILN_REGISTER_OP("slice_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const SliceBackwardOp>(
+                       a.ints("shape"), a.i("dim"), a.i("start"), a.i("end"), a.i("step"));
+                 });
+KILN_REGISTER_OP("expand", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const ExpandOp>(a.ints("shape"));
+});
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/reduce_kernels.h"
 #include "kiln/ops/registry.h"
@@ -102,6 +103,13 @@ class SoftmaxOp final : public Op {
  private:
   int64_t dim_;
 };
+
+template <bool kLog>
+OpPtr make_softmax(const Attrs& a) {
+  return std::make_shared<const SoftmaxOp<kLog>>(a.i("dim"));
+}
+KILN_REGISTER_OP("softmax", (OpSchema{{"x"}, {"y"}}), make_softmax<false>);
+KILN_REGISTER_OP("log_softmax", (OpSchema{{"x"}, {"y"}}), make_softmax<true>);
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -117,9 +118,9 @@ struct ClampFn : Integral {
   std::optional<double> min, max;
   ClampFn(std::optional<double> lo, std::optional<double> hi) : min(lo), max(hi) {}
   nlohmann::json attrs() const {
-    return {{"min", min ? nlohmann::json(*min) : nlohmann::json()},
-            {"max", max ? nlohmann::json(*max) : nlohmann::json()}};
+    return {{"min", attr_optional(min)}, {"max", attr_optional(max)}};
   }
+  static ClampFn from_attrs(const Attrs& a) { return {a.opt_f("min"), a.opt_f("max")}; }
   void validate(const char* name, const Tensor& x, const Loc& loc) const {
     if (!min && !max)
       fail(name, loc, "expected at least one of min and max, but got neither (input {})",
@@ -263,6 +264,7 @@ struct GeluFn : FloatingOnly {
   bool use_tanh;
   explicit GeluFn(std::string a) : approximate(std::move(a)), use_tanh(approximate == "tanh") {}
   nlohmann::json attrs() const { return {{"approximate", approximate}}; }
+  static GeluFn from_attrs(const Attrs& a) { return GeluFn(a.s("approximate")); }
   void validate(const char* name, const Tensor& x, const Loc& loc) const {
     if (approximate != "none" && approximate != "tanh")
       fail(name, loc,
@@ -309,7 +311,10 @@ struct SoftplusFn : FloatingOnly {
   static constexpr const char* kName = "softplus";
   double beta, threshold;
   SoftplusFn(double b, double t) : beta(b), threshold(t) {}
-  nlohmann::json attrs() const { return {{"beta", beta}, {"threshold", threshold}}; }
+  nlohmann::json attrs() const {
+    return {{"beta", attr_double(beta)}, {"threshold", attr_double(threshold)}};
+  }
+  static SoftplusFn from_attrs(const Attrs& a) { return {a.f("beta"), a.f("threshold")}; }
   template <class T>
   T apply(T x) const {
     T z = x * T(beta);
@@ -322,10 +327,11 @@ struct SoftplusFn : FloatingOnly {
 };
 
 struct PowFn : Floating {
-  static constexpr const char* kName = "pow";
+  static constexpr const char* kName = "pow_scalar";  // "pow" is the tensor-exponent op
   double exponent;
   explicit PowFn(double e) : exponent(e) {}
-  nlohmann::json attrs() const { return {{"exponent", exponent}}; }
+  nlohmann::json attrs() const { return {{"exponent", attr_double(exponent)}}; }
+  static PowFn from_attrs(const Attrs& a) { return PowFn(a.f("exponent")); }
   template <class T>
   T apply(T x) const {
     if (exponent == 2.0) return x * x;  // exact, and what PyTorch does
@@ -402,6 +408,24 @@ template <class Fn>
 Tensor unary(const Tensor& x, const Loc& loc, Fn fn) {
   return call_op<UnaryOp<Fn>>({x}, loc, std::move(fn));
 }
+
+template <class F>
+OpPtr make_unary(const Attrs& a) {
+  if constexpr (std::is_default_constructible_v<F>) {
+    (void)a;
+    return std::make_shared<const UnaryOp<F>>(F{});
+  } else {
+    return std::make_shared<const UnaryOp<F>>(F::from_attrs(a));
+  }
+}
+template <class... Fn>
+bool register_unary_ops() {
+  return (register_op({Fn::kName, {{"x"}, {"y"}}, make_unary<Fn>}) & ...);
+}
+const bool unary_ops_registered =
+    register_unary_ops<NegFn, AbsFn, SignFn, ReluFn, ClampFn, ExpFn, LogFn, Log1pFn, SqrtFn,
+                       RsqrtFn, SinFn, CosFn, TanhFn, SigmoidFn, ErfFn, GeluFn, SiluFn, SoftplusFn,
+                       PowFn>();
 
 }  // namespace
 
@@ -566,7 +590,7 @@ std::vector<OpSample> pow_samples() {
       {"zero", {sample_tensor({4}, 23, -1, 1)}, with(0.0), "torch.pow(a0, 0.0)"},
   };
 }
-KILN_REGISTER_OP_SAMPLES("pow", pow_samples);
+KILN_REGISTER_OP_SAMPLES("pow_scalar", pow_samples);
 
 }  // namespace
 

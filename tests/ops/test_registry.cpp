@@ -11,25 +11,17 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/registry.h"
 #include "tests/support/op_recorder.h"
+#include "tests/support/registry_cases.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
 namespace {
 
-struct Case {
-  std::string op;
-  OpSample sample;
-};
+using Case = test::RegistryCase;
+using test::registry_case_name;
 
 std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  for (const OpInfo& info : registered_ops())
-    for (OpSample& s : info.samples()) cases.push_back({info.name, std::move(s)});
-  return cases;
-}
-
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.op << "/" << c.sample.label;
+  return test::registry_cases();
 }
 
 class Registry : public ::testing::TestWithParam<Case> {};
@@ -113,12 +105,7 @@ TEST_P(RegistryChannelsLast, InputsGiveTheSameResults) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string name = info.param.op + "_" + info.param.sample.label;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return name + "_" + std::to_string(info.index);
-}
+const auto case_name = registry_case_name;
 
 INSTANTIATE_TEST_SUITE_P(Ops, Registry, ::testing::ValuesIn(all_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Ops, RegistryChannelsLast, ::testing::ValuesIn(channels_last_cases()),

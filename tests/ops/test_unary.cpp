@@ -244,7 +244,7 @@ TEST(Unary, AttributesIdentifyTheOp) {
   EXPECT_EQ(seen[1]["softplus"]["threshold"], 10.0);
   EXPECT_TRUE(seen[2]["clamp"]["min"].is_null());
   EXPECT_EQ(seen[2]["clamp"]["max"], 3.0);
-  EXPECT_EQ(seen[3]["pow"]["exponent"], 1.5);
+  EXPECT_EQ(seen[3]["pow_scalar"]["exponent"], 1.5);
   EXPECT_TRUE(seen[4]["exp"].empty());
 }
 

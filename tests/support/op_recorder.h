@@ -5,44 +5,49 @@
 #include <memory>
 #include <vector>
 
+#include "kiln/core/grad_mode.h"
 #include "kiln/ops/dispatch_mode.h"
 
 namespace kiln::test {
 
 struct RecordedCall {
   OpPtr op;
-  std::vector<Tensor> inputs;   // as passed (or copies, with copy_inputs)
-  std::vector<Tensor> outputs;  // as returned
+  std::vector<Tensor> inputs;   // as passed (or copies, with copy_values)
+  std::vector<Tensor> outputs;  // as returned (or copies, with copy_values)
   Loc loc;
+  bool grad_mode = true;  // GradMode when the call was made
 };
 
 class OpRecorder final : public DispatchMode {
  public:
-  // copy_inputs: keep copies of the inputs taken before the op runs, so that a later in-place
-  // update of an input does not change what was recorded.
-  explicit OpRecorder(bool copy_inputs = false) : copy_inputs_(copy_inputs) {}
+  // copy_values: keep copies of the inputs (taken before the op runs) and of the outputs, so that
+  // a later in-place update does not change what was recorded.
+  explicit OpRecorder(bool copy_values = false) : copy_values_(copy_values) {}
   const char* name() const override { return "test_recorder"; }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
-    RecordedCall rec{call.op, call.inputs, {}, call.loc};
-    if (copy_inputs_) {
-      NoGradGuard no_grad;
-      for (Tensor& t : rec.inputs)
-        if (!t.is_meta()) t = t.clone();
-    }
-    rec.outputs = next(call);
+    RecordedCall rec{call.op, call.inputs, {}, call.loc, GradMode::is_enabled()};
+    if (copy_values_) rec.inputs = copies(rec.inputs);
+    std::vector<Tensor> outputs = next(call);
+    rec.outputs = copy_values_ ? copies(outputs) : outputs;
     calls.push_back(rec);
-    return rec.outputs;
+    return outputs;
   }
   std::vector<RecordedCall> calls;
 
  private:
-  bool copy_inputs_;
+  static std::vector<Tensor> copies(std::vector<Tensor> ts) {
+    NoGradGuard no_grad;
+    for (Tensor& t : ts)
+      if (t.defined() && !t.is_meta()) t = t.clone();
+    return ts;
+  }
+  bool copy_values_;
 };
 
 // Pushes an OpRecorder for its lifetime.
 struct RecordOps {
-  explicit RecordOps(bool copy_inputs = false)
-      : recorder(std::make_shared<OpRecorder>(copy_inputs)), guard(recorder) {}
+  explicit RecordOps(bool copy_values = false)
+      : recorder(std::make_shared<OpRecorder>(copy_values)), guard(recorder) {}
   std::vector<RecordedCall>& calls() { return recorder->calls; }
   std::shared_ptr<OpRecorder> recorder;
   DispatchModeGuard guard;
