@@ -94,18 +94,14 @@ class Conv2dOp final : public Op {
     const Tensor& x = in[0];
     const ConvGeometry g = detail::checked_conv2d_geometry(
         name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
-    return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device()}};
+    // The output's layout follows the primitive (Note [channels-last]).
+    return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device(),
+             detail::conv_output_format(g, x, in.size() > 2)}};
   }
 
-  // The output's layout follows the primitive (Note [channels-last]).
-  std::vector<Tensor> forward(const std::vector<Tensor>& in,
-                              const std::vector<TensorMeta>& metas) const override {
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    const Tensor& x = in[0];
-    Tensor y = empty(metas[0].shape, {metas[0].dtype, metas[0].device, false,
-                                      detail::conv_output_format(g, x, in.size() > 2)});
-    detail::conv_forward_kernel(g, x, in[1], in.size() > 2 ? in[2] : Tensor(), y);
-    return {y};
+    detail::conv_forward_kernel(g, in[0], in[1], in.size() > 2 ? in[2] : Tensor(), out[0]);
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {

@@ -43,18 +43,20 @@ class Conv2dAffineOp final : public Op {
     if (in.size() > 4 && (in[4].shape() != out || in[4].dtype() != x.dtype()))
       fail(name(), loc, "expected residual of shape {} and dtype {} (the output's), but got {}",
            shape_str(out), dtype_name(x.dtype()), in[4].describe());
-    return {{out, x.dtype(), x.device()}};
+    // The output's layout follows the primitive (Note [channels-last]).
+    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, x, epilogue(in));
+    return {{out, x.dtype(), x.device(), detail::conv_output_format(g, x, false, &fused)}};
   }
 
-  std::vector<Tensor> forward(const std::vector<Tensor>& in,
-                              const std::vector<TensorMeta>& metas) const override {
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    detail::ConvEpilogue ep{in[2], in[3], in.size() > 4 ? in[4] : Tensor(), relu_};
-    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, in[0], ep);
-    Tensor y = empty(metas[0].shape, {metas[0].dtype, metas[0].device, false,
-                                      detail::conv_output_format(g, in[0], false, &fused)});
-    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep, fused, y);
-    return {y};
+    const detail::ConvEpilogue ep = epilogue(in);
+    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep,
+                                         detail::fusable_epilogue(g, in[0], ep), out[0]);
+  }
+
+  detail::ConvEpilogue epilogue(const std::vector<Tensor>& in) const {
+    return {in[2], in[3], in.size() > 4 ? in[4] : Tensor(), relu_};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {

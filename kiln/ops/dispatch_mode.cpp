@@ -123,7 +123,7 @@ std::vector<Tensor> run_dispatch_modes(const OpCall& call) {
 std::vector<Tensor> run_kernel(const OpCall& call) {
   const Op& op = *call.op;
   std::vector<Tensor> outputs;
-  if (!call.inputs.empty() && call.inputs[0].is_meta()) {
+  if (!call.inputs.empty() && call.inputs[0].is_meta() && !op.is_view()) {
     for (const TensorMeta& m : call.metas)
       outputs.push_back(empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
     return outputs;

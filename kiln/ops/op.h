@@ -8,13 +8,20 @@
 
 namespace kiln {
 
-// Output metadata computed by an op's inference, without touching memory.
+// Note [faithful meta]: output metadata computed by an op's inference, without touching memory,
+// and the same on every device: a meta tensor made from it has the shape, dtype, strides, offset
+// and aliasing the eager result has (the registry test checks all of them on every sample).
 struct TensorMeta {
   Shape shape;
   DType dtype = DType::Float32;
   Device device = kCPU;
-  // The layout eager allocates the output in (Note [channels-last]); values never depend on it.
+  // The layout the output is allocated in (Note [channels-last]); values never depend on it.
   MemoryFormat memory_format = MemoryFormat::kContiguous;
+  // A view's geometry (view ops only; the others are dense in memory_format): its strides, its
+  // storage offset, and which input's storage it shares.
+  Strides strides = {};
+  int64_t storage_offset = 0;
+  int alias_of = -1;
 };
 
 struct VjpContext {

@@ -29,12 +29,17 @@ class ViewOp : public Op {
   virtual Geometry geometry(const Tensor& x, const Loc& loc) const = 0;
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    return {{geometry(in[0], loc).shape, in[0].dtype(), in[0].device()}};
+    Geometry g = geometry(in[0], loc);
+    TensorMeta m{std::move(g.shape), in[0].dtype(), in[0].device()};
+    m.strides = std::move(g.strides);
+    m.storage_offset = g.offset;
+    m.alias_of = 0;
+    return {m};
   }
+  // Runs on meta tensors too (Note [faithful meta]): a view needs no memory.
   std::vector<Tensor> forward(const std::vector<Tensor>& in,
-                              const std::vector<TensorMeta>&) const override {
-    Geometry g = geometry(in[0], Loc::current());
-    return {make_view(in[0], std::move(g.shape), std::move(g.strides), g.offset)};
+                              const std::vector<TensorMeta>& metas) const override {
+    return {make_view(in[0], metas[0].shape, metas[0].strides, metas[0].storage_offset)};
   }
   Saves saves() const override { return {false, false}; }
   bool is_view() const override { return true; }

@@ -58,7 +58,12 @@ Tensor Tensor::to(DType dt, const Loc& loc) const {
 }
 Tensor Tensor::to(Device dev, const Loc& loc) const {
   if (dev == device()) return *this;
-  if (dev.is_meta()) return empty(shape(), {dtype(), kMeta});
+  if (dev.is_meta()) {
+    // The same geometry (strides, offset) over a storage of the same size, without memory.
+    auto storage = std::make_shared<Storage>(this->storage()->nbytes(), kMeta);
+    return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape(), strides(),
+                                               storage_offset(), dtype()));
+  }
   fail("to", loc,
        "expected a tensor with memory to move to {}, but got {} (meta tensors have no "
        "values to copy)",

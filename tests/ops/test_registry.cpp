@@ -26,18 +26,34 @@ std::vector<Case> all_cases() {
 
 class Registry : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Registry, MetaInferenceMatchesEager) {
-  const OpSample& s = GetParam().sample;
-  std::vector<Tensor> eager = s.fn(s.inputs);
+// Note [faithful meta]: the same call on meta copies of the inputs gives outputs of the same
+// shape, dtype, strides and storage offset, sharing an input's storage where eager does.
+void expect_meta_matches_eager(const OpSample& s, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> eager = s.fn(inputs);
   std::vector<Tensor> meta_inputs;
-  for (const Tensor& t : s.inputs) meta_inputs.push_back(t.to(kMeta));
+  for (const Tensor& t : inputs) meta_inputs.push_back(t.to(kMeta));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(meta_inputs[i].strides(), inputs[i].strides()) << "to(kMeta) of input " << i;
+    EXPECT_EQ(meta_inputs[i].storage_offset(), inputs[i].storage_offset()) << "input " << i;
+  }
   std::vector<Tensor> meta = s.fn(meta_inputs);
   ASSERT_EQ(meta.size(), eager.size());
   for (size_t i = 0; i < eager.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
     EXPECT_TRUE(meta[i].is_meta());
-    EXPECT_EQ(meta[i].shape(), eager[i].shape()) << "output " << i;
-    EXPECT_EQ(meta[i].dtype(), eager[i].dtype()) << "output " << i;
+    EXPECT_EQ(meta[i].shape(), eager[i].shape());
+    EXPECT_EQ(meta[i].dtype(), eager[i].dtype());
+    EXPECT_EQ(meta[i].strides(), eager[i].strides());
+    EXPECT_EQ(meta[i].storage_offset(), eager[i].storage_offset());
+    for (size_t j = 0; j < inputs.size(); ++j)
+      EXPECT_EQ(meta[i].storage() == meta_inputs[j].storage(),
+                eager[i].storage() == inputs[j].storage())
+          << "aliasing of input " << j;
   }
+}
+
+TEST_P(Registry, MetaInferenceMatchesEager) {
+  expect_meta_matches_eager(GetParam().sample, GetParam().sample.inputs);
 }
 
 TEST_P(Registry, GradcheckFloat64) {
@@ -95,6 +111,7 @@ TEST_P(RegistryChannelsLast, InputsGiveTheSameResults) {
   std::vector<Tensor> last;
   for (const Tensor& t : s.inputs)
     last.push_back(has_distinct_channels_last(t) ? contiguous(t, MemoryFormat::kChannelsLast) : t);
+  expect_meta_matches_eager(s, last);
   const std::vector<Tensor> want = outputs_and_grads(s, s.inputs);
   const std::vector<Tensor> got = outputs_and_grads(s, last);
   ASSERT_EQ(got.size(), want.size());
