@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
@@ -102,8 +103,20 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
   std::vector<Tensor> inputs, outputs;
   for (const SavedTensor& s : saved_inputs_) inputs.push_back(s.unpack(self));
   for (const SavedTensor& s : saved_outputs_) outputs.push_back(s.unpack(self));
-  VjpContext ctx{input_metas_, inputs, outputs, grads, needs_grad_};
-  std::vector<Tensor> result = op_->vjp(ctx);
+  // The engine records the gradient's own history exactly when create_graph is set.
+  VjpContext ctx{input_metas_, inputs, outputs, grads, needs_grad_, loc, GradMode::is_enabled()};
+  std::vector<Tensor> result;
+  // An error inside a vjp names the forward call as well as backward()'s line.
+  const auto forward_call = [&] {
+    return fmt::format(" (in the backward of '{}' called at {})", name(), format_location(loc));
+  };
+  try {
+    result = op_->vjp(ctx);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(e.what() + forward_call(), e.detail());
+  } catch (const Error& e) {
+    throw Error(e.what() + forward_call());
+  }
   KILN_INTERNAL_ASSERT(result.size() == input_metas_.size(),
                        std::string(op_->name()) + " vjp returned a wrong number of gradients");
   for (size_t i = 0; i < result.size(); ++i) {

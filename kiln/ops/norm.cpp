@@ -168,7 +168,7 @@ class NormOp final : public Op {
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor& x = ctx.inputs[0];
     const Tensor w = has_weight_ ? ctx.inputs[1] : Tensor();
-    if (kind_ == NormKind::kBatch && !GradMode::is_enabled()) {
+    if (kind_ == NormKind::kBatch && !ctx.create_graph) {
       std::vector<Tensor> g = batch_norm_backward(ctx.grads[0], x, ctx.outputs[1], ctx.outputs[2],
                                                   w, eps_, ctx.grads[1], ctx.grads[2]);
       std::vector<Tensor> grads{g[0]};

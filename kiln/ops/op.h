@@ -30,6 +30,12 @@ struct VjpContext {
   const std::vector<Tensor>& outputs;          // saved outputs (undefined where the op saves none)
   const std::vector<Tensor>& grads;            // gradient of every output (zeros where none flowed)
   const std::vector<bool>& needs_grad;         // which inputs need a gradient
+  // The forward call's line: ops the vjp calls may pass it, and errors name it.
+  const Loc& loc;
+  // Whether the gradient itself is being differentiated (backward(create_graph = true), graph
+  // autodiff of a training step): a vjp may run a fused, non-differentiable kernel only when
+  // this is false. It is explicit, so the same op stream means the same in every mode.
+  bool create_graph = false;
 };
 
 // Note [op definition]: an operator is declared once, as a subclass of Op:
