@@ -124,8 +124,10 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
   const Op& op = *call.op;
   std::vector<Tensor> outputs;
   if (!call.inputs.empty() && call.inputs[0].is_meta() && !op.is_view()) {
+    // A meta run writes nothing: an output that is a written input is that input.
     for (const TensorMeta& m : call.metas)
-      outputs.push_back(empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
+      outputs.push_back(m.alias_of >= 0 ? call.inputs[static_cast<size_t>(m.alias_of)]
+                                        : empty(m.shape, {m.dtype, kMeta, false, m.memory_format}));
     return outputs;
   }
   struct KernelLocScope {

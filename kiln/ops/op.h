@@ -84,6 +84,11 @@ class Op {
   }
   // View ops return outputs sharing inputs[0]'s storage; in-place checks need to know.
   virtual bool is_view() const { return false; }
+  // Note [effects]: which inputs the op writes in place (bit i for input i), like the "(a!)" of a
+  // PyTorch schema. An output that is a written input says so with TensorMeta::alias_of. Every
+  // write to a tensor's memory outside a kernel's own outputs is such an op (copy_, fill_,
+  // optimizer updates), so the op stream is the whole program.
+  virtual uint64_t mutates() const { return 0; }
   // Floating-point operations of one execution, for the profiler's GFLOP/s (0: not counted).
   virtual double flops(const std::vector<Tensor>& inputs,
                        const std::vector<Tensor>& outputs) const {

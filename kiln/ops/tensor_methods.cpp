@@ -1,5 +1,6 @@
 // Tensor's PyTorch-style methods (declared in core/tensor.h) and the in-place ops.
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/assign.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/factories.h"
@@ -139,7 +140,7 @@ Tensor& apply_inplace(Tensor& self, const char* name, const Loc& loc, bool saves
          "expected a result castable to {}, but got {} (cannot write numbers into a bool tensor "
          "in place)",
          self.describe(), result.describe());
-  if (!self.is_meta() && !result.is_same(self)) copy_into(self, result);
+  if (!result.is_same(self)) assign(self, result, loc);
   self.storage()->bump_version(name, loc);
   if (recording && result.requires_grad()) {
     AutogradMeta& meta = self.impl()->autograd();
@@ -209,10 +210,7 @@ Tensor& Tensor::fill_(double value, const Loc& loc) {
         *this, "fill_", loc, false, Tensor(),
         [&](const Tensor&, const Tensor&) { return full(s, value, options, loc); }, true);
   }
-  if (!is_meta()) {
-    Tensor v = scalar_tensor(value, {dtype()});
-    copy_into(*this, v);
-  }
+  assign_fill(*this, value, loc);
   storage()->bump_version("fill_", loc);
   if (impl()->autograd_) impl()->autograd_->grad_fn.reset();
   return *this;

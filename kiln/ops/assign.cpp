@@ -1,0 +1,125 @@
+// Assignment ops: copy_ and fill_ write into their first input (Note [effects]). Tensor::copy_,
+// fill_, zero_ and every in-place arithmetic op (add_, mul_, ...) end in one of these, so a mode
+// that sees the op stream sees every write; batch norm's running statistics and the layers'
+// initializers go through them too.
+#include "kiln/ops/assign.h"
+
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// The output is the written input itself (declared by alias_of and mutates()).
+TensorMeta written(const Tensor& self) {
+  TensorMeta m{self.shape(), self.dtype(), self.device()};
+  m.strides = self.strides();
+  m.storage_offset = self.storage_offset();
+  m.alias_of = 0;
+  return m;
+}
+
+class AssignOp : public Op {
+ public:
+  bool differentiable() const override { return false; }
+  Saves saves() const override { return {false, false}; }
+  uint64_t mutates() const override { return 1; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>&) const override {
+    kernel(in, {in[0]});
+    return {in[0]};
+  }
+};
+
+// self <- src, converting the dtype; src has self's shape or is zero-dim.
+class CopyOp final : public AssignOp {
+ public:
+  const char* name() const override { return "copy_"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &self = in[0], &src = in[1];
+    if (src.dim() != 0 && src.shape() != self.shape())
+      fail(name(), loc, "expected a source of the destination's shape {} (or zero-dim), but got {}",
+           shape_str(self.shape()), src.describe());
+    return {written(self)};
+  }
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    if (!in[1].is_same(out[0])) copy_into(out[0], in[1]);
+  }
+};
+
+class FillOp final : public AssignOp {
+ public:
+  explicit FillOp(double value) : value_(value) {}
+  const char* name() const override { return "fill_"; }
+  nlohmann::json attrs() const override { return {{"value", attr_double(value_)}}; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {written(in[0])};
+  }
+  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
+    if (out[0].numel() == 0) return;
+    copy_into(out[0], scalar_tensor(value_, {DType::Float64}));
+  }
+
+ private:
+  double value_;
+};
+
+KILN_REGISTER_OP("copy_", (OpSchema{{"self", "src"}, {"self"}}), no_attrs<CopyOp>());
+KILN_REGISTER_OP("fill_", (OpSchema{{"self"}, {"self"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const FillOp>(a.f("value"));
+});
+
+}  // namespace
+
+void assign(const Tensor& self, const Tensor& src, const Loc& loc) {
+  static const OpPtr op = std::make_shared<const CopyOp>();
+  dispatch(op, {self, src}, loc);
+}
+
+void assign_fill(const Tensor& self, double value, const Loc& loc) {
+  dispatch(std::make_shared<const FillOp>(value), {self}, loc);
+}
+
+namespace {
+
+std::vector<OpSample> copy_samples() {
+  auto copy = [](const std::vector<Tensor>& in) {
+    Tensor dst = in[0].detach().clone();
+    assign(dst, in[1]);
+    return std::vector<Tensor>{dst};
+  };
+  return {
+      {"same_shape", {sample_tensor({2, 3}, 701), sample_tensor({2, 3}, 702)}, copy, "", {}, false},
+      {"into_a_transpose",
+       {sample_tensor({3, 2}, 703).t(), sample_tensor({2, 3}, 704)},
+       copy,
+       "",
+       {},
+       false},
+      {"zero_dim_source", {sample_tensor({4}, 705), sample_tensor({}, 706)}, copy, "", {}, false},
+  };
+}
+KILN_REGISTER_OP_SAMPLES("copy_", copy_samples);
+
+KILN_REGISTER_OP_SAMPLES("fill_", [] {
+  auto fill = [](double v) {
+    return [v](const std::vector<Tensor>& in) {
+      Tensor dst = in[0].detach().clone();
+      assign_fill(dst, v);
+      return std::vector<Tensor>{dst};
+    };
+  };
+  return std::vector<OpSample>{
+      {"value", {sample_tensor({2, 3}, 707)}, fill(2.5), "", {}, false},
+      {"negative_zero_dim", {sample_tensor({}, 708)}, fill(-1.0), "", {}, false},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln
