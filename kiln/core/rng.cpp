@@ -60,7 +60,7 @@ void for_each_block(Generator& gen, int64_t blocks, int64_t elements_per_block,
 // Fills where element i comes from lane i % 4 of block i / 4 alone; value(lane_bits) maps bits.
 template <class T, class V>
 void fill_per_lane(T* out, int64_t n, Generator& gen, const std::source_location& loc, V value) {
-  int64_t blocks = (n + 3) / 4;
+  const auto blocks = static_cast<int64_t>(random_blocks(n, false));
   for_each_block(gen, blocks, 4, loc, [&](int64_t j, const std::array<uint32_t, 4>& x) {
     int64_t i0 = 4 * j;
     if (i0 + 4 <= n) {
@@ -75,7 +75,7 @@ void fill_per_lane(T* out, int64_t n, Generator& gen, const std::source_location
 template <class T, class V>
 void fill_per_lane_pair(T* out, int64_t n, Generator& gen, const std::source_location& loc,
                         V value) {
-  int64_t blocks = (n + 1) / 2;
+  const auto blocks = static_cast<int64_t>(random_blocks(n, true));
   for_each_block(gen, blocks, 2, loc, [&](int64_t j, const std::array<uint32_t, 4>& x) {
     int64_t i0 = 2 * j;
     out[i0] = value(x[0], x[1]);
@@ -87,7 +87,7 @@ void fill_per_lane_pair(T* out, int64_t n, Generator& gen, const std::source_loc
 template <class T, class BoxMuller>
 void fill_normal_impl(T* out, int64_t n, T mean, T stddev, Generator& gen,
                       const std::source_location& loc, BoxMuller box_muller) {
-  int64_t blocks = (n + 3) / 4;
+  const auto blocks = static_cast<int64_t>(random_blocks(n, false));
   for_each_block(gen, blocks, 4, loc, [&](int64_t j, const std::array<uint32_t, 4>& x) {
     std::array<T, 2> z01 = box_muller(x[0], x[1]);
     std::array<T, 2> z23 = box_muller(x[2], x[3]);

@@ -114,6 +114,14 @@ Generator& default_generator();
 // Seeds default_generator() and resets its offset.
 void manual_seed(uint64_t seed);
 
+// The blocks a fill of n elements reserves (Note [random streams]): one per four elements, or
+// one per two for fills that need 64 random bits per element ("wide": double uniforms, randint
+// over a range above 2^32). A random op reserves them when it is called and records the start, so
+// it can be replayed.
+inline uint64_t random_blocks(int64_t n, bool wide) {
+  return static_cast<uint64_t>(wide ? (n + 1) / 2 : (n + 3) / 4);
+}
+
 // Bulk fills used by the tensor factories. Each reserves its blocks from `gen` (see
 // Note [random streams] for the layout) and runs on kiln::parallel_for; the output depends only
 // on (gen's state, n, arguments), never on the thread count. n must be >= 0 and out non-null when

@@ -136,7 +136,8 @@ Tensor empty(Shape shape, TensorOptions options, const Loc& loc) {
   return detail::empty_for("empty", std::move(shape), options, loc);
 }
 
-Tensor detail::empty_for(std::string_view op, Shape shape, TensorOptions options, const Loc& loc) {
+void detail::check_allocation(std::string_view op, const Shape& shape, const TensorOptions& options,
+                              const Loc& loc) {
   const int64_t numel = shape_numel(shape, op, loc);
   size_t nbytes = 0;
   if (__builtin_mul_overflow(static_cast<size_t>(numel), itemsize(options.dtype), &nbytes) ||
@@ -146,6 +147,11 @@ Tensor detail::empty_for(std::string_view op, Shape shape, TensorOptions options
   if (options.memory_format == MemoryFormat::kChannelsLast && shape.size() != 4)
     fail(op, loc, "expected a shape of rank 4 for channels-last memory, but got {}",
          shape_str(shape));
+}
+
+Tensor detail::empty_for(std::string_view op, Shape shape, TensorOptions options, const Loc& loc) {
+  check_allocation(op, shape, options, loc);
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype);
   std::shared_ptr<Storage> storage;
   try {
     storage = std::make_shared<Storage>(nbytes, options.device);

@@ -217,6 +217,9 @@ Tensor empty(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::curr
 namespace detail {
 // empty() whose errors (sizes, out of memory) name `op`: the factories' common allocation.
 Tensor empty_for(std::string_view op, Shape shape, TensorOptions options, const Loc& loc);
+// The size checks of empty_for, without allocating (shape inference of factory ops).
+void check_allocation(std::string_view op, const Shape& shape, const TensorOptions& options,
+                      const Loc& loc);
 }  // namespace detail
 // A new tensor handle over the same storage with the given geometry (a view).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

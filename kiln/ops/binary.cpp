@@ -215,15 +215,7 @@ Tensor scalar_like(double value, const Tensor& like) {
   // Integral values become int64 scalars so that int tensors stay integer (x + 1); others float64.
   bool integral = std::isfinite(value) && value == std::trunc(value) && std::abs(value) < 0x1p53;
   DType dt = integral && !is_floating(like.dtype()) ? DType::Int64 : DType::Float64;
-  Tensor t = empty({}, {dt, like.device()});
-  if (!like.is_meta()) {
-    if (dt == DType::Int64)
-      *t.data<int64_t>() = static_cast<int64_t>(value);
-    else
-      *t.data<double>() = value;
-  }
-  t.impl()->is_wrapped_number_ = true;
-  return t;
+  return detail::wrapped_number(value, dt, like.device());
 }
 
 Tensor add(const Tensor& a, const Tensor& b, const Loc& loc) {

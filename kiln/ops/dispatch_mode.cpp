@@ -123,7 +123,10 @@ std::vector<Tensor> run_dispatch_modes(const OpCall& call) {
 std::vector<Tensor> run_kernel(const OpCall& call) {
   const Op& op = *call.op;
   std::vector<Tensor> outputs;
-  if (!call.inputs.empty() && call.inputs[0].is_meta() && !op.is_view()) {
+  // Ops without inputs (factories) say their device in their output metadata.
+  const bool meta = call.inputs.empty() ? !call.metas.empty() && call.metas[0].device.is_meta()
+                                        : call.inputs[0].is_meta();
+  if (meta && !op.is_view()) {
     // A meta run writes nothing: an output that is a written input is that input.
     for (const TensorMeta& m : call.metas)
       outputs.push_back(m.alias_of >= 0 ? call.inputs[static_cast<size_t>(m.alias_of)]

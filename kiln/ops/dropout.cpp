@@ -70,16 +70,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen, const L
   // Checked before drawing, so a bad call leaves the generator untouched.
   if (!is_floating(x.dtype()))
     fail("dropout", loc, "expected a floating-point input, but got {}", x.describe());
-  Tensor mask = empty(x.shape(), {DType::Bool, x.device()});
-  if (p == 1.0) {
-    if (!x.is_meta()) mask.fill_(0.0, loc);
-    return call_op<DropoutOp>({x, mask}, loc, 0.0);
-  }
-  if (!x.is_meta() && x.numel() > 0) {
-    // bool is one byte holding 0 or 1, exactly what fill_bernoulli writes.
-    fill_bernoulli(static_cast<uint8_t*>(mask.raw_data()), mask.numel(), 1.0 - p,
-                   gen ? *gen : default_generator(), loc);
-  }
+  if (p == 1.0)
+    return call_op<DropoutOp>({x, zeros(x.shape(), {DType::Bool, x.device()}, loc)}, loc, 0.0);
+  // The mask is a random op (Note [random ops]): a replay draws the same one.
+  Tensor mask = bernoulli_mask(x.shape(), 1.0 - p, x.device(), gen, loc);
   return call_op<DropoutOp>({x, mask}, loc, 1.0 / (1.0 - p));
 }
 

@@ -6,17 +6,22 @@
 #include <type_traits>
 
 #include "kiln/core/parallel.h"
+#include "kiln/ops/factory_op.h"
 #include "kiln/ops/loops.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/registry.h"
 
 namespace kiln {
 
 // Note [factories are leaves]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Factories create fresh tensors from numbers, not from other tensors, so there is nothing to
-// differentiate and nothing to record on the tape: they allocate with empty() and write the buffer
-// directly. options.requires_grad makes the result a leaf that requires grad (empty() checks that
-// the dtype is floating). On the meta device nothing is allocated and nothing is written, and
-// random factories leave the generator untouched.
+// differentiate and nothing to record on the tape. Each is an op without tensor inputs
+// (factory_op.h) whose attrs hold everything it needs, so modes see every tensor a program makes
+// and a recorded factory rebuilds from its attrs. options.requires_grad makes the result a leaf
+// that requires grad. On the meta device nothing is allocated and nothing is written, and random
+// factories leave the generator untouched. tensor(values) is not an op: its values are data (a
+// tracer captures them as a constant).
 
 namespace {
 
@@ -57,33 +62,65 @@ bool is_integral_value(double v) {
 template <class T>
 constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-// The largest value of a 16-bit float type below 1: rounding a float32 uniform such as
-// 0.9999 to float16 gives exactly 1, which rand must never return.
-template <class T>
-T below_one() {
-  T one(1.0f);
-  one.bits = static_cast<uint16_t>(one.bits - 1);
-  return one;
+}  // namespace
+
+namespace {
+
+class FullOp final : public detail::FactoryOp {
+ public:
+  FullOp(detail::FactorySpec spec, double value, bool wrapped)
+      : FactoryOp(std::move(spec)), value_(value), wrapped_(wrapped) {}
+  const char* name() const override { return "full"; }
+  nlohmann::json extra_attrs() const override {
+    return {{"value", attr_double(value_)}, {"wrapped_number", wrapped_}};
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>& metas) const override {
+    std::vector<Tensor> out = Op::forward(in, metas);
+    // A number written in an expression (x * 0.5) promotes like a Python scalar
+    // (type_promotion.h); the op says so, so a replay promotes the same way.
+    out[0].impl()->is_wrapped_number_ = wrapped_;
+    return out;
+  }
+  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
+    fill_contiguous(out[0], value_);
+  }
+
+ private:
+  double value_;
+  bool wrapped_;
+};
+
+KILN_REGISTER_OP("full", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const FullOp>(detail::FactorySpec::from_json(a), a.f("value"),
+                                        a.b("wrapped_number"));
+});
+
+Tensor run_full(const char* fn, Shape shape, double value, const TensorOptions& options,
+                const Loc& loc, bool wrapped = false) {
+  detail::FactorySpec spec{std::move(shape), options};
+  Tensor t =
+      detail::run_factory(fn, spec, std::make_shared<const FullOp>(spec, value, wrapped), loc);
+  t.impl()->is_wrapped_number_ = wrapped;  // also on meta, where no kernel runs
+  return t;
 }
 
 }  // namespace
 
 Tensor zeros(Shape shape, TensorOptions options, const Loc& loc) {
-  Tensor t = detail::empty_for("zeros", std::move(shape), options, loc);
-  fill_contiguous(t, 0.0);
-  return t;
+  return run_full("zeros", std::move(shape), 0.0, options, loc);
 }
 
 Tensor ones(Shape shape, TensorOptions options, const Loc& loc) {
-  Tensor t = detail::empty_for("ones", std::move(shape), options, loc);
-  fill_contiguous(t, 1.0);
-  return t;
+  return run_full("ones", std::move(shape), 1.0, options, loc);
 }
 
 Tensor full(Shape shape, double value, TensorOptions options, const Loc& loc) {
-  Tensor t = detail::empty_for("full", std::move(shape), options, loc);
-  fill_contiguous(t, value);
-  return t;
+  return run_full("full", std::move(shape), value, options, loc);
+}
+
+Tensor detail::wrapped_number(double value, DType dtype, Device device) {
+  return run_full("scalar", {}, value, {dtype, device}, Loc::current(), /*wrapped=*/true);
 }
 
 Tensor empty_like(const Tensor& like, std::optional<DType> dtype) {
@@ -107,6 +144,117 @@ Tensor scalar_tensor(double value, TensorOptions options) {
 }
 
 // --- ranges ---------------------------------------------------------------------------------
+
+namespace {
+
+void arange_fill(const Tensor& t, double start, double step) {
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      const auto s = static_cast<int64_t>(start);
+      const auto d = static_cast<int64_t>(step);
+      generate<T>(t, [&](int64_t i) { return static_cast<T>(s + d * i); });
+    } else if constexpr (is_16bit_float<T>) {
+      const auto s = static_cast<float>(start);
+      const auto d = static_cast<float>(step);
+      generate<T>(t, [&](int64_t i) { return T(std::fma(d, static_cast<float>(i), s)); });
+    } else {
+      generate<T>(t, [&](int64_t i) {
+        return static_cast<T>(std::fma(step, static_cast<double>(i), start));
+      });
+    }
+  });
+}
+
+// Note [fused multiply-add in ranges]
+// arange and linspace compute start + i * step with an explicit std::fma. PyTorch's x86 build
+// compiles these kernels with -mfma and lets the compiler contract the expression, so fma is what
+// matches it bit for bit (in its scalar loop; its vectorized chunks add j * step to a chunk base
+// and can differ in the last bit). Spelling it out also keeps kiln's Debug and Release builds,
+// which contract differently, in agreement.
+//
+// Like PyTorch, the first half counts up from start and the second half down from end, so both
+// endpoints are exact and the rounding error is symmetric. The step is computed in the dtype for
+// floats (float32 for 16-bit) and in double for integers, whose values are then truncated.
+void linspace_fill(const Tensor& t, double start, double end) {
+  const int64_t steps = t.numel();
+  if (steps == 0) return;
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using S = std::conditional_t<std::is_integral_v<T>, double, compute_t<T>>;
+    const auto s = static_cast<S>(from_double<compute_t<T>>(start));
+    const auto e = static_cast<S>(from_double<compute_t<T>>(end));
+    const S step = steps > 1 ? (e - s) / static_cast<S>(steps - 1) : S(0);
+    // PyTorch fills steps == 1 with start, which the formula below would give as end.
+    const int64_t halfway = steps == 1 ? 1 : steps / 2;
+    generate<T>(t, [&](int64_t i) {
+      S v = i < halfway ? std::fma(step, static_cast<S>(i), s)
+                        : std::fma(-step, static_cast<S>(steps - 1 - i), e);
+      return static_cast<T>(v);
+    });
+  });
+}
+
+void eye_fill(const Tensor& t) {
+  fill_contiguous(t, 0.0);
+  const int64_t n = t.size(0), cols = t.size(1);
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(t.raw_data());
+    for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = from_double<T>(1.0);
+  });
+}
+
+enum class RangeKind { kArange, kLinspace, kEye };
+
+// arange (start, step), linspace (start, end) and eye: values that follow from two numbers and
+// the shape.
+class RangeOp final : public detail::FactoryOp {
+ public:
+  RangeOp(RangeKind kind, detail::FactorySpec spec, double a, double b)
+      : FactoryOp(std::move(spec)), kind_(kind), a_(a), b_(b) {}
+  const char* name() const override {
+    return kind_ == RangeKind::kArange     ? "arange"
+           : kind_ == RangeKind::kLinspace ? "linspace"
+                                           : "eye";
+  }
+  nlohmann::json extra_attrs() const override {
+    if (kind_ == RangeKind::kArange) return {{"start", attr_double(a_)}, {"step", attr_double(b_)}};
+    if (kind_ == RangeKind::kLinspace)
+      return {{"start", attr_double(a_)}, {"end", attr_double(b_)}};
+    return nlohmann::json::object();
+  }
+  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
+    if (kind_ == RangeKind::kArange) arange_fill(out[0], a_, b_);
+    if (kind_ == RangeKind::kLinspace) linspace_fill(out[0], a_, b_);
+    if (kind_ == RangeKind::kEye) eye_fill(out[0]);
+  }
+
+ private:
+  RangeKind kind_;
+  double a_, b_;
+};
+
+KILN_REGISTER_OP("arange", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const RangeOp>(RangeKind::kArange, detail::FactorySpec::from_json(a),
+                                         a.f("start"), a.f("step"));
+});
+KILN_REGISTER_OP("linspace", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const RangeOp>(RangeKind::kLinspace, detail::FactorySpec::from_json(a),
+                                         a.f("start"), a.f("end"));
+});
+KILN_REGISTER_OP("eye", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const RangeOp>(RangeKind::kEye, detail::FactorySpec::from_json(a), 0.0,
+                                         0.0);
+});
+
+Tensor run_range(const char* fn, RangeKind kind, Shape shape, const TensorOptions& options,
+                 double a, double b, const Loc& loc) {
+  detail::FactorySpec spec{std::move(shape), options};
+  return detail::run_factory(fn, spec, std::make_shared<const RangeOp>(kind, spec, a, b), loc);
+}
+
+}  // namespace
 
 Tensor arange(double end, std::optional<TensorOptions> options, const Loc& loc) {
   return arange(0.0, end, 1.0, options, loc);
@@ -153,160 +301,22 @@ Tensor arange(double start, double end, double step, std::optional<TensorOptions
          "expected a representable number of elements, but got {} from start={}, "
          "end={}, step={}",
          size_d, start, end, step);
-  Tensor t = detail::empty_for("arange", Shape{static_cast<int64_t>(size_d)}, opts, loc);
-  if (t.is_meta()) return t;
-  visit_dtype(opts.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_integral_v<T>) {
-      const auto s = static_cast<int64_t>(xstart);
-      const auto d = static_cast<int64_t>(xstep);
-      generate<T>(t, [&](int64_t i) { return static_cast<T>(s + d * i); });
-    } else if constexpr (is_16bit_float<T>) {
-      const auto s = static_cast<float>(start);
-      const auto d = static_cast<float>(step);
-      generate<T>(t, [&](int64_t i) { return T(std::fma(d, static_cast<float>(i), s)); });
-    } else {
-      generate<T>(t, [&](int64_t i) {
-        return static_cast<T>(std::fma(step, static_cast<double>(i), start));
-      });
-    }
-  });
-  return t;
+  return run_range("arange", RangeKind::kArange, Shape{static_cast<int64_t>(size_d)}, opts,
+                   integral_dtype ? xstart : start, integral_dtype ? xstep : step, loc);
 }
 
-// Note [fused multiply-add in ranges]
-// arange and linspace compute start + i * step with an explicit std::fma. PyTorch's x86 build
-// compiles these kernels with -mfma and lets the compiler contract the expression, so fma is what
-// matches it bit for bit (in its scalar loop; its vectorized chunks add j * step to a chunk base
-// and can differ in the last bit). Spelling it out also keeps kiln's Debug and Release builds,
-// which contract differently, in agreement.
-//
-// Like PyTorch, the first half counts up from start and the second half down from end, so both
-// endpoints are exact and the rounding error is symmetric. The step is computed in the dtype for
-// floats (float32 for 16-bit) and in double for integers, whose values are then truncated.
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options, const Loc& loc) {
   if (steps < 0) fail("linspace", loc, "expected steps >= 0, but got steps={}", steps);
   if (options.dtype == DType::Bool)
     fail("linspace", loc, "expected a numeric dtype, but got {}", dtype_name(options.dtype));
-  Tensor t = detail::empty_for("linspace", Shape{steps}, options, loc);
-  if (t.is_meta() || steps == 0) return t;
-  visit_dtype(options.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using S = std::conditional_t<std::is_integral_v<T>, double, compute_t<T>>;
-    const auto s = static_cast<S>(from_double<compute_t<T>>(start));
-    const auto e = static_cast<S>(from_double<compute_t<T>>(end));
-    const S step = steps > 1 ? (e - s) / static_cast<S>(steps - 1) : S(0);
-    // PyTorch fills steps == 1 with start, which the formula below would give as end.
-    const int64_t halfway = steps == 1 ? 1 : steps / 2;
-    generate<T>(t, [&](int64_t i) {
-      S v = i < halfway ? std::fma(step, static_cast<S>(i), s)
-                        : std::fma(-step, static_cast<S>(steps - 1 - i), e);
-      return static_cast<T>(v);
-    });
-  });
-  return t;
+  return run_range("linspace", RangeKind::kLinspace, Shape{steps}, options, start, end, loc);
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options, const Loc& loc) {
   int64_t cols = m.value_or(n);
   if (n < 0 || cols < 0)
     fail("eye", loc, "expected non-negative sizes, but got n={}, m={}", n, cols);
-  Tensor t = detail::empty_for("eye", Shape{n, cols}, options, loc);
-  fill_contiguous(t, 0.0);
-  if (t.is_meta()) return t;
-  visit_dtype(options.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw_data());
-    for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = from_double<T>(1.0);
-  });
-  return t;
-}
-
-// --- random -----------------------------------------------------------------------------------
-
-namespace {
-
-enum class Dist { Uniform, Normal };
-
-// Fills a fresh floating tensor: float32/float64 directly, 16-bit floats through a float32 buffer.
-void fill_random(const Tensor& t, Dist dist, Generator& gen) {
-  const int64_t n = t.numel();
-  if (t.is_meta() || n == 0) return;
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      T* p = static_cast<T*>(t.raw_data());
-      if (dist == Dist::Uniform)
-        fill_uniform(p, n, T(0), T(1), gen);
-      else
-        fill_normal(p, n, T(0), T(1), gen);
-    } else if constexpr (is_16bit_float<T>) {
-      std::vector<float> buf(static_cast<size_t>(n));
-      if (dist == Dist::Uniform)
-        fill_uniform(buf.data(), n, 0.0f, 1.0f, gen);
-      else
-        fill_normal(buf.data(), n, 0.0f, 1.0f, gen);
-      const T top = below_one<T>();
-      const bool uniform = dist == Dist::Uniform;
-      generate<T>(t, [&](int64_t i) {
-        T v(buf[static_cast<size_t>(i)]);
-        return uniform && static_cast<float>(v) >= 1.0f ? top : v;
-      });
-    } else {
-      KILN_INTERNAL_ASSERT(false, "fill_random on a non-floating dtype");
-    }
-  });
-}
-
-Tensor random_floating(const char* op, Shape shape, TensorOptions options, Dist dist,
-                       Generator* gen, const Loc& loc) {
-  if (!is_floating(options.dtype))
-    fail(op, loc, "expected a floating-point dtype, but got {}", dtype_name(options.dtype));
-  Tensor t = detail::empty_for(op, std::move(shape), options, loc);
-  fill_random(t, dist, gen ? *gen : default_generator());
-  return t;
-}
-
-}  // namespace
-
-Tensor rand(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
-  return random_floating("rand", std::move(shape), options, Dist::Uniform, gen, loc);
-}
-
-Tensor randn(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
-  return random_floating("randn", std::move(shape), options, Dist::Normal, gen, loc);
-}
-
-Tensor rand_like(const Tensor& like, Generator* gen) {
-  return random_floating("rand_like", like.shape(), like_options(like, std::nullopt), Dist::Uniform,
-                         gen, Loc::current());
-}
-
-Tensor randn_like(const Tensor& like, Generator* gen) {
-  return random_floating("randn_like", like.shape(), like_options(like, std::nullopt), Dist::Normal,
-                         gen, Loc::current());
-}
-
-Tensor randint(int64_t low, int64_t high, Shape shape, TensorOptions options, Generator* gen,
-               const Loc& loc) {
-  if (low >= high) fail("randint", loc, "expected low < high, but got low={}, high={}", low, high);
-  Tensor t = detail::empty_for("randint", std::move(shape), options, loc);
-  const int64_t n = t.numel();
-  if (t.is_meta() || n == 0) return t;
-  Generator& g = gen ? *gen : default_generator();
-  if (options.dtype == DType::Int64) {
-    fill_randint(t.data<int64_t>(), n, low, high, g, loc);
-    return t;
-  }
-  std::vector<int64_t> buf(static_cast<size_t>(n));
-  fill_randint(buf.data(), n, low, high, g, loc);
-  visit_dtype(options.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>(t, [&](int64_t i) {
-      return static_cast<T>(static_cast<compute_t<T>>(buf[static_cast<size_t>(i)]));
-    });
-  });
-  return t;
+  return run_range("eye", RangeKind::kEye, Shape{n, cols}, options, 0.0, 0.0, loc);
 }
 
 // --- from values ------------------------------------------------------------------------------
@@ -356,5 +366,69 @@ template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, Ten
 Tensor tensor(std::initializer_list<double> values, TensorOptions options, const Loc& loc) {
   return tensor<double>(std::vector<double>(values), std::nullopt, options, loc);
 }
+
+namespace {
+
+// The input only says which device to make the tensor on (cpu, or meta for the meta test).
+OpSample factory_sample(const char* label, std::function<Tensor(Device)> f) {
+  return {label,
+          {sample_tensor({}, 902)},
+          [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0].device())}; },
+          "",
+          {},
+          false};
+}
+
+KILN_REGISTER_OP_SAMPLES("full", [] {
+  return std::vector<OpSample>{
+      factory_sample("zeros",
+                     [](Device d) {
+                       return zeros({2, 3}, {DType::Float64, d});
+                     }),
+      factory_sample("int_value",
+                     [](Device d) {
+                       return full({4}, 7.0, {DType::Int32, d});
+                     }),
+      factory_sample(
+          "channels_last",
+          [](Device d) {
+            return full({1, 3, 2, 2}, 0.5, {DType::Float32, d, false, MemoryFormat::kChannelsLast});
+          }),
+      factory_sample("scalar",
+                     [](Device d) {
+                       return scalar_tensor(-2.5, {DType::Float64, d});
+                     }),
+  };
+});
+KILN_REGISTER_OP_SAMPLES("arange", [] {
+  return std::vector<OpSample>{
+      factory_sample("int64",
+                     [](Device d) {
+                       return arange(1, 11, 3, TensorOptions{DType::Int64, d});
+                     }),
+      factory_sample("float32",
+                     [](Device d) {
+                       return arange(0, 1, 0.1, TensorOptions{DType::Float32, d});
+                     }),
+  };
+});
+KILN_REGISTER_OP_SAMPLES("linspace", [] {
+  return std::vector<OpSample>{
+      factory_sample("float64",
+                     [](Device d) {
+                       return linspace(-1, 2, 7, {DType::Float64, d});
+                     }),
+  };
+});
+KILN_REGISTER_OP_SAMPLES("eye", [] {
+  return std::vector<OpSample>{
+      factory_sample("rectangular",
+                     [](Device d) {
+                       return eye(3, 5, {DType::Float32, d});
+                     }),
+  };
+});
+
+}  // namespace
 
 }  // namespace kiln

@@ -51,4 +51,15 @@ Tensor tensor(std::initializer_list<double> values, TensorOptions options = {},
 // A zero-dim tensor.
 Tensor scalar_tensor(double value, TensorOptions options = {});
 
+// A bool mask, true with probability p (dropout's keep mask: the mask `rand(shape) < p` would give
+// from the same generator state).
+Tensor bernoulli_mask(Shape shape, double p, Device device = kCPU, Generator* gen = nullptr,
+                      const Loc& loc = Loc::current());
+
+namespace detail {
+// A number written in an expression (x * 0.5) as a zero-dim tensor that promotes like a Python
+// scalar; it is a `full` op, so the number is in the op stream (a trace on meta keeps it).
+Tensor wrapped_number(double value, DType dtype, Device device);
+}  // namespace detail
+
 }  // namespace kiln

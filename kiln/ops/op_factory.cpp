@@ -60,6 +60,14 @@ int64_t Attrs::i(const char* key) const {
   return v.get<int64_t>();
 }
 
+uint64_t Attrs::u64(const char* key) const {
+  const nlohmann::json& v = at(key);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
+  fail(key, fmt::format("must be a non-negative integer, but is {}", v.dump()));
+}
+
 double Attrs::f(const char* key) const {
   const nlohmann::json& v = at(key);
   if (v.is_number()) return v.get<double>();

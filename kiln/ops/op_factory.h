@@ -32,6 +32,7 @@ class Attrs {
   bool has(const char* key) const;
   const nlohmann::json& at(const char* key) const;
   int64_t i(const char* key) const;
+  uint64_t u64(const char* key) const;  // seeds and stream offsets
   double f(const char* key) const;
   bool b(const char* key) const;
   std::string s(const char* key) const;

@@ -157,7 +157,9 @@ class ProfileMode final : public DispatchMode {
  public:
   const char* name() const override { return "profiler"; }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
-    if (!profiling_active() || call.inputs.empty() || call.inputs[0].is_meta()) return next(call);
+    const bool meta = call.inputs.empty() ? !call.metas.empty() && call.metas[0].device.is_meta()
+                                          : call.inputs[0].is_meta();
+    if (!profiling_active() || meta) return next(call);
     OpTimer timer(call.op->name());
     std::vector<Tensor> outputs = next(call);
     timer.set_flops(call.op->flops(call.inputs, outputs));
