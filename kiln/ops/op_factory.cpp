@@ -136,13 +136,23 @@ nlohmann::json attr_optional(const std::optional<int64_t>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
 }
 
-bool OpSchema::accepts_inputs(size_t n) const {
+namespace {
+bool fits(const std::vector<std::string>& names, size_t n) {
   size_t required = 0;
-  for (const std::string& in : inputs) {
-    if (ends_with(in, "...")) return true;
-    if (!ends_with(in, "?")) ++required;
+  for (const std::string& name : names) {
+    if (ends_with(name, "...")) return n >= required;
+    if (!ends_with(name, "?")) ++required;
   }
-  return n >= required && n <= inputs.size();
+  return n >= required && n <= names.size();
+}
+}  // namespace
+
+bool OpSchema::accepts_inputs(size_t n) const {
+  return fits(inputs, n);
+}
+
+bool OpSchema::accepts_outputs(size_t n) const {
+  return fits(outputs, n);
 }
 
 std::string OpSchema::describe() const {

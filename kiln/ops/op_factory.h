@@ -29,6 +29,7 @@ class Attrs {
  public:
   Attrs(std::string op, const nlohmann::json& attrs);
   const std::string& op() const { return op_; }
+  const nlohmann::json& json() const { return attrs_; }
   bool has(const char* key) const;
   const nlohmann::json& at(const char* key) const;
   int64_t i(const char* key) const;
@@ -56,8 +57,9 @@ nlohmann::json attr_optional(const std::optional<int64_t>& v);
 struct OpSchema {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
-  // Whether n inputs fit the schema.
+  // Whether n inputs (outputs) fit the schema.
   bool accepts_inputs(size_t n) const;
+  bool accepts_outputs(size_t n) const;
   std::string describe() const;  // "(input, weight, bias?) -> (output)"
 };
 

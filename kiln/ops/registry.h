@@ -30,6 +30,8 @@ struct OpSample {
   // Inputs that gradcheck perturbs; empty means every floating input.
   std::vector<int> grad_inputs;
   bool check_grad = true;  // false for ops without a gradient at these points (argmax, compare)
+  // false where the public API refuses meta tensors (an optimizer needs parameters with memory)
+  bool runs_on_meta = true;
 };
 
 struct OpInfo {

@@ -1,6 +1,7 @@
 #include "kiln/optim/adagrad.h"
 
 #include "kiln/optim/update_kernels.h"
+#include "kiln/optim/update_op.h"
 
 namespace kiln::optim {
 
@@ -37,22 +38,36 @@ void Adagrad::init_state(const ParamGroup& group, const Tensor& param, ParamStat
 
 void Adagrad::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                      ParamState& state) {
-  const double lr = group.number("lr"), lr_decay = group.number("lr_decay");
-  const double weight_decay = group.number("weight_decay"), eps = group.number("eps");
-  const bool maximize = group.flag("maximize");
   if (!state.tensors.count("sum")) init_state(group, param, state);
   state.initialized = true;
   const int64_t step = ++state.step;
-  const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
+  nlohmann::json attrs = {{"lr", attr_double(group.number("lr"))},
+                          {"lr_decay", attr_double(group.number("lr_decay"))},
+                          {"weight_decay", attr_double(group.number("weight_decay"))},
+                          {"eps", attr_double(group.number("eps"))},
+                          {"maximize", group.flag("maximize")},
+                          {"step", step}};
+  detail::run_update("adagrad_update", std::move(attrs), {param, grad, state.tensors.at("sum")},
+                     step_loc());
+}
 
-  detail::ParamBuffer out(param);
+namespace {
+
+// t: param, grad, sum (Note [optimizer updates are ops]).
+void adagrad_kernel(const Attrs& a, const std::vector<Tensor>& t) {
+  const double lr = a.f("lr"), lr_decay = a.f("lr_decay");
+  const double weight_decay = a.f("weight_decay"), eps = a.f("eps");
+  const bool maximize = a.b("maximize");
+  const int64_t step = a.i("step");
+  const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
+  const Tensor& param = t[0];
   detail::visit_floating(param.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     using detail::round_to;
-    T* p = out.data<T>();
-    const T* g = detail::data_of<const T>(grad);
-    T* sum = detail::data_of<T>(state.tensors.at("sum"));
+    T* p = detail::data_of<T>(param);
+    const T* g = detail::data_of<const T>(t[1]);
+    T* sum = detail::data_of<T>(t[2]);
     const C wd = static_cast<C>(weight_decay), eps_c = static_cast<C>(eps);
     const C neg_clr = static_cast<C>(-clr);
     detail::for_each_element(param.numel(), [&](int64_t i) {
@@ -66,7 +81,17 @@ void Adagrad::update(const ParamGroup& group, const Tensor& param, const Tensor&
       p[i] = static_cast<T>(pi + neg_clr * gi / std_i);
     });
   });
-  out.finish("Adagrad.step", step_loc());
 }
+
+const bool adagrad_registered = detail::register_update_op("adagrad_update", adagrad_kernel);
+
+KILN_REGISTER_OP_SAMPLES("adagrad_update", [] {
+  return std::vector<OpSample>{
+      detail::update_sample("lr_decay", [](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<Adagrad>(std::move(p), AdagradOptions{.lr_decay = 0.1});
+      })};
+});
+
+}  // namespace
 
 }  // namespace kiln::optim

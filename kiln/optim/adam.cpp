@@ -1,6 +1,7 @@
 #include "kiln/optim/adam.h"
 
 #include "kiln/optim/update_kernels.h"
+#include "kiln/optim/update_op.h"
 
 namespace kiln::optim {
 
@@ -52,34 +53,51 @@ void Adam::validate(const nlohmann::json& o, const std::string& op, const Loc& l
 
 void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                   ParamState& state) {
-  const double lr = group.number("lr"), eps = group.number("eps");
-  const double weight_decay = group.number("weight_decay");
-  const double beta1 = group.options["betas"][0].get<double>();
-  const double beta2 = group.options["betas"][1].get<double>();
-  const bool amsgrad = group.flag("amsgrad"), maximize = group.flag("maximize");
-  const bool decoupled = decoupled_weight_decay();
+  const bool amsgrad = group.flag("amsgrad");
   for (const char* key : {"exp_avg", "exp_avg_sq"})
     if (!state.tensors.count(key)) state.tensors[key] = detail::zeros_state(param);
   if (amsgrad && !state.tensors.count("max_exp_avg_sq"))
     state.tensors["max_exp_avg_sq"] = detail::zeros_state(param);
   state.initialized = true;
   const int64_t step = ++state.step;
+  nlohmann::json attrs = {{"lr", attr_double(group.number("lr"))},
+                          {"beta1", attr_double(group.options["betas"][0].get<double>())},
+                          {"beta2", attr_double(group.options["betas"][1].get<double>())},
+                          {"eps", attr_double(group.number("eps"))},
+                          {"weight_decay", attr_double(group.number("weight_decay"))},
+                          {"amsgrad", amsgrad},
+                          {"maximize", group.flag("maximize")},
+                          {"decoupled", decoupled_weight_decay()},
+                          {"step", step}};
+  std::vector<Tensor> tensors{param, grad, state.tensors.at("exp_avg"),
+                              state.tensors.at("exp_avg_sq")};
+  if (amsgrad) tensors.push_back(state.tensors.at("max_exp_avg_sq"));
+  detail::run_update("adam_update", std::move(attrs), tensors, step_loc());
+}
+
+namespace {
+
+// t: param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq] (Note [optimizer updates are ops]).
+void adam_kernel(const Attrs& a, const std::vector<Tensor>& t) {
+  const double lr = a.f("lr"), eps = a.f("eps"), weight_decay = a.f("weight_decay");
+  const double beta1 = a.f("beta1"), beta2 = a.f("beta2");
+  const bool amsgrad = a.b("amsgrad"), maximize = a.b("maximize"), decoupled = a.b("decoupled");
+  const int64_t step = a.i("step");
   // Scalar arithmetic in double, as Python does it.
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
   const double step_size = lr / bias_correction1;
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-
-  detail::ParamBuffer out(param);
+  const Tensor& param = t[0];
   detail::visit_floating(param.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     using detail::round_to;
-    T* p = out.data<T>();
-    const T* g = detail::data_of<const T>(grad);
-    T* m = detail::data_of<T>(state.tensors.at("exp_avg"));
-    T* v = detail::data_of<T>(state.tensors.at("exp_avg_sq"));
-    T* vmax = amsgrad ? detail::data_of<T>(state.tensors.at("max_exp_avg_sq")) : nullptr;
+    T* p = detail::data_of<T>(param);
+    const T* g = detail::data_of<const T>(t[1]);
+    T* m = detail::data_of<T>(t[2]);
+    T* v = detail::data_of<T>(t[3]);
+    T* vmax = amsgrad ? detail::data_of<T>(t[4]) : nullptr;
     const C wd = static_cast<C>(weight_decay), decay = static_cast<C>(1 - lr * weight_decay);
     const C b1 = static_cast<C>(beta1), one_minus_b1 = static_cast<C>(1 - beta1);
     const C b2 = static_cast<C>(beta2), one_minus_b2 = static_cast<C>(1 - beta2);
@@ -108,7 +126,28 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
       p[i] = static_cast<T>(pi + neg_step_size * mi / denom);
     });
   });
-  out.finish(decoupled ? "AdamW.step" : "Adam.step", step_loc());
 }
+
+const bool adam_registered = detail::register_update_op("adam_update", adam_kernel);
+
+KILN_REGISTER_OP_SAMPLES("adam_update", [] {
+  using detail::update_sample;
+  auto adam = [](AdamOptions o) {
+    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Adam>(std::move(p), o);
+    };
+  };
+  return std::vector<OpSample>{
+      update_sample("default", adam({})),
+      update_sample("amsgrad_weight_decay",
+                    adam({.lr = 0.01, .weight_decay = 0.1, .amsgrad = true})),
+      update_sample("adamw",
+                    [](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+                      return std::make_unique<AdamW>(std::move(p), AdamWOptions{});
+                    }),
+  };
+});
+
+}  // namespace
 
 }  // namespace kiln::optim

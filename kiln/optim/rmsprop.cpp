@@ -1,6 +1,7 @@
 #include "kiln/optim/rmsprop.h"
 
 #include "kiln/optim/update_kernels.h"
+#include "kiln/optim/update_op.h"
 
 namespace kiln::optim {
 
@@ -35,9 +36,8 @@ void RMSprop::validate(const nlohmann::json& o, const std::string& op, const Loc
 
 void RMSprop::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                      ParamState& state) {
-  const double lr = group.number("lr"), alpha = group.number("alpha"), eps = group.number("eps");
-  const double weight_decay = group.number("weight_decay"), momentum = group.number("momentum");
-  const bool centered = group.flag("centered"), maximize = group.flag("maximize");
+  const double momentum = group.number("momentum");
+  const bool centered = group.flag("centered");
   if (!state.tensors.count("square_avg")) state.tensors["square_avg"] = detail::zeros_state(param);
   if (momentum > 0 && !state.tensors.count("momentum_buffer"))
     state.tensors["momentum_buffer"] = detail::zeros_state(param);
@@ -45,17 +45,36 @@ void RMSprop::update(const ParamGroup& group, const Tensor& param, const Tensor&
     state.tensors["grad_avg"] = detail::zeros_state(param);
   state.initialized = true;
   ++state.step;
+  nlohmann::json attrs = {{"lr", attr_double(group.number("lr"))},
+                          {"alpha", attr_double(group.number("alpha"))},
+                          {"eps", attr_double(group.number("eps"))},
+                          {"weight_decay", attr_double(group.number("weight_decay"))},
+                          {"momentum", attr_double(momentum)},
+                          {"centered", centered},
+                          {"maximize", group.flag("maximize")}};
+  std::vector<Tensor> tensors{param, grad, state.tensors.at("square_avg")};
+  if (momentum > 0) tensors.push_back(state.tensors.at("momentum_buffer"));
+  if (centered) tensors.push_back(state.tensors.at("grad_avg"));
+  detail::run_update("rmsprop_update", std::move(attrs), tensors, step_loc());
+}
 
-  detail::ParamBuffer out(param);
+namespace {
+
+// t: param, grad, square_avg[, momentum_buffer][, grad_avg] (Note [optimizer updates are ops]).
+void rmsprop_kernel(const Attrs& at, const std::vector<Tensor>& t) {
+  const double lr = at.f("lr"), alpha = at.f("alpha"), eps = at.f("eps");
+  const double weight_decay = at.f("weight_decay"), momentum = at.f("momentum");
+  const bool centered = at.b("centered"), maximize = at.b("maximize");
+  const Tensor& param = t[0];
   detail::visit_floating(param.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     using detail::round_to;
-    T* p = out.data<T>();
-    const T* g = detail::data_of<const T>(grad);
-    T* sq = detail::data_of<T>(state.tensors.at("square_avg"));
-    T* buf = momentum > 0 ? detail::data_of<T>(state.tensors.at("momentum_buffer")) : nullptr;
-    T* gavg = centered ? detail::data_of<T>(state.tensors.at("grad_avg")) : nullptr;
+    T* p = detail::data_of<T>(param);
+    const T* g = detail::data_of<const T>(t[1]);
+    T* sq = detail::data_of<T>(t[2]);
+    T* buf = momentum > 0 ? detail::data_of<T>(t[3]) : nullptr;
+    T* gavg = centered ? detail::data_of<T>(t[momentum > 0 ? 4 : 3]) : nullptr;
     const C wd = static_cast<C>(weight_decay), a = static_cast<C>(alpha);
     const C one_minus_a = static_cast<C>(1 - alpha), eps_c = static_cast<C>(eps);
     const C mom = static_cast<C>(momentum), neg_lr = static_cast<C>(-lr);
@@ -85,7 +104,22 @@ void RMSprop::update(const ParamGroup& group, const Tensor& param, const Tensor&
       }
     });
   });
-  out.finish("RMSprop.step", step_loc());
 }
+
+const bool rmsprop_registered = detail::register_update_op("rmsprop_update", rmsprop_kernel);
+
+KILN_REGISTER_OP_SAMPLES("rmsprop_update", [] {
+  auto rms = [](RMSpropOptions o) {
+    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<RMSprop>(std::move(p), o);
+    };
+  };
+  return std::vector<OpSample>{
+      detail::update_sample("plain", rms({})),
+      detail::update_sample("centered_momentum", rms({.momentum = 0.9, .centered = true})),
+  };
+});
+
+}  // namespace
 
 }  // namespace kiln::optim

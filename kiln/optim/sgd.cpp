@@ -1,6 +1,7 @@
 #include "kiln/optim/sgd.h"
 
 #include "kiln/optim/update_kernels.h"
+#include "kiln/optim/update_op.h"
 
 namespace kiln::optim {
 
@@ -45,27 +46,42 @@ void SGD::validate(const nlohmann::json& o, const std::string& op, const Loc& lo
 
 void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                  ParamState& state) {
-  const double lr = group.number("lr"), momentum = group.number("momentum");
-  const double dampening = group.number("dampening"), weight_decay = group.number("weight_decay");
-  const bool nesterov = group.flag("nesterov"), maximize = group.flag("maximize");
-  Tensor buf;
+  const double momentum = group.number("momentum");
   bool first = false;
   if (momentum != 0) {
-    auto it = state.tensors.find("momentum_buffer");
-    first = it == state.tensors.end();
-    buf = first ? detail::zeros_state(param) : it->second;
-    if (first) state.tensors["momentum_buffer"] = buf;
+    first = !state.tensors.count("momentum_buffer");
+    if (first) state.tensors["momentum_buffer"] = detail::zeros_state(param);
   }
   state.initialized = true;
   ++state.step;
-  detail::ParamBuffer out(param);
+  nlohmann::json attrs = {{"lr", attr_double(group.number("lr"))},
+                          {"momentum", attr_double(momentum)},
+                          {"dampening", attr_double(group.number("dampening"))},
+                          {"weight_decay", attr_double(group.number("weight_decay"))},
+                          {"nesterov", group.flag("nesterov")},
+                          {"maximize", group.flag("maximize")},
+                          {"first_step", first}};
+  std::vector<Tensor> tensors{param, grad};
+  if (momentum != 0) tensors.push_back(state.tensors.at("momentum_buffer"));
+  detail::run_update("sgd_update", std::move(attrs), tensors, step_loc());
+}
+
+namespace {
+
+// t: param, grad[, momentum_buffer] (Note [optimizer updates are ops]). On the first step the
+// buffer starts as the gradient, as in PyTorch.
+void sgd_kernel(const Attrs& a, const std::vector<Tensor>& t) {
+  const double lr = a.f("lr"), momentum = a.f("momentum"), dampening = a.f("dampening");
+  const double weight_decay = a.f("weight_decay");
+  const bool nesterov = a.b("nesterov"), maximize = a.b("maximize"), first = a.b("first_step");
+  const Tensor& param = t[0];
   detail::visit_floating(param.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     using detail::round_to;
-    T* p = out.data<T>();
-    const T* g = detail::data_of<const T>(grad);
-    T* b = buf.defined() ? detail::data_of<T>(buf) : nullptr;
+    T* p = detail::data_of<T>(param);
+    const T* g = detail::data_of<const T>(t[1]);
+    T* b = momentum != 0 ? detail::data_of<T>(t[2]) : nullptr;
     const C wd = static_cast<C>(weight_decay), mom = static_cast<C>(momentum);
     const C keep = static_cast<C>(1 - dampening), neg_lr = static_cast<C>(-lr);
     detail::for_each_element(param.numel(), [&](int64_t i) {
@@ -81,7 +97,24 @@ void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
       p[i] = static_cast<T>(std::fma(neg_lr, d, pi));
     });
   });
-  out.finish("SGD.step", step_loc());
 }
+
+const bool sgd_registered = detail::register_update_op("sgd_update", sgd_kernel);
+
+KILN_REGISTER_OP_SAMPLES("sgd_update", [] {
+  auto sgd = [](SGDOptions o) {
+    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<SGD>(std::move(p), o);
+    };
+  };
+  return std::vector<OpSample>{
+      detail::update_sample("plain", sgd({.lr = 0.1})),
+      detail::update_sample(
+          "nesterov_weight_decay",
+          sgd({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true})),
+  };
+});
+
+}  // namespace
 
 }  // namespace kiln::optim

@@ -64,7 +64,8 @@ TEST_P(RebuildOps, EveryOpRebuiltFromNameAndAttrsComputesTheSame) {
     ASSERT_NE(def, nullptr) << "no factory registered for '" << op.name() << "'";
     EXPECT_TRUE(def->schema.accepts_inputs(call.inputs.size()))
         << call.inputs.size() << " inputs for " << def->schema.describe();
-    EXPECT_EQ(def->schema.outputs.size(), call.outputs.size()) << def->schema.describe();
+    EXPECT_TRUE(def->schema.accepts_outputs(call.outputs.size()))
+        << call.outputs.size() << " outputs for " << def->schema.describe();
     // Through JSON text, as a saved graph stores it.
     OpPtr rebuilt = make_op(op.name(), nlohmann::json::parse(op.attrs().dump()));
     EXPECT_EQ(typeid(*rebuilt), typeid(op));

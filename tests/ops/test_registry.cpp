@@ -53,6 +53,7 @@ void expect_meta_matches_eager(const OpSample& s, const std::vector<Tensor>& inp
 }
 
 TEST_P(Registry, MetaInferenceMatchesEager) {
+  if (!GetParam().sample.runs_on_meta) GTEST_SKIP() << "the public API needs memory";
   expect_meta_matches_eager(GetParam().sample, GetParam().sample.inputs);
 }
 
@@ -111,7 +112,7 @@ TEST_P(RegistryChannelsLast, InputsGiveTheSameResults) {
   std::vector<Tensor> last;
   for (const Tensor& t : s.inputs)
     last.push_back(has_distinct_channels_last(t) ? contiguous(t, MemoryFormat::kChannelsLast) : t);
-  expect_meta_matches_eager(s, last);
+  if (s.runs_on_meta) expect_meta_matches_eager(s, last);
   const std::vector<Tensor> want = outputs_and_grads(s, s.inputs);
   const std::vector<Tensor> got = outputs_and_grads(s, last);
   ASSERT_EQ(got.size(), want.size());
