@@ -40,7 +40,27 @@ void replace_tensor_data(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor Module::forward(const Tensor&) {
-  fail(type_name_, Loc::current(), "forward is not implemented for this module");
+  fail(type_name_, Loc::current(),
+       "forward(x) is not implemented for this module; a module with several inputs is called "
+       "as model({{x, y}}) (forward_many)");
+}
+
+std::vector<Tensor> Module::forward_many(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 1)
+    fail(type_name_, Loc::current(),
+         "expected 1 input (this module implements forward(x)), but got {}; a module with several "
+         "inputs overrides forward_many",
+         inputs.size());
+  return {forward(inputs[0])};
+}
+
+std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs, const Loc& loc) {
+  CallSiteScope call_site(loc);
+  std::vector<Tensor> out = forward_many(inputs);
+  auto hooks = hooks_;
+  if (!inputs.empty() && !out.empty())
+    for (auto& [id, hook] : hooks) hook(*this, inputs[0], out[0]);
+  return out;
 }
 
 Tensor Module::operator()(const Tensor& input, const Loc& loc) {

@@ -41,6 +41,14 @@ class Module {
   // forward followed by the forward hooks; errors raised inside name the caller's line (loc).
   Tensor operator()(const Tensor& input, const Loc& loc = Loc::current());
 
+  // Several inputs and outputs (a two-tower model, attention's query/key/value), as PyTorch's
+  // forward(*args) and Keras' functional models with several inputs: override forward_many. The
+  // default accepts exactly one input and calls forward. model({x, y}) calls it; forward hooks
+  // see the first input and the first output.
+  virtual std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const Loc& loc = Loc::current());
+
   // --- registration (names must be new, non-empty and free of '.') --------------------------
   // Registers a leaf tensor; requires_grad is set on it. Returns the stored handle.
   Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true,

@@ -39,14 +39,29 @@ struct VjpContext {
 };
 
 // Note [op definition]: an operator is declared once, as a subclass of Op:
-//   name + attrs   identity, serialization, error text (attrs are the constructor's arguments)
-//   infer          validates inputs and returns output metadata; runs for every device, meta too
-//   forward/kernel computes on real memory; forward() defaults to "allocate contiguous outputs
-//                  from infer's metadata, then kernel()"; view ops override forward() to alias
+//   name + attrs   identity, serialization, error text; attrs are the constructor's arguments and
+//                  all of the op's state, and a factory registered under the (unique) name
+//                  rebuilds the op from them (Note [op factory] in op_factory.h)
+//   infer          validates inputs and returns output metadata (Note [faithful meta]); runs for
+//                  every device, meta too, and chooses the output layout
+//   forward/kernel computes on real memory; forward() defaults to "allocate outputs from infer's
+//                  metadata, then kernel()"; view ops and ops that write an input override it
 //   vjp            the gradient, written with kiln's public ops so that it is itself recorded,
 //                  differentiable (higher-order grads) and traceable
+//   mutates        the inputs it writes (Note [effects])
+// For example (kiln/ops/indexing.cpp):
+//   class GatherOp final : public Op {
+//     explicit GatherOp(int64_t dim);
+//     const char* name() const override { return "gather"; }
+//     nlohmann::json attrs() const override { return {{"dim", dim_}}; }
+//     infer(...), kernel(...), vjp(...)
+//   };
+//   KILN_REGISTER_OP("gather", (OpSchema{{"x", "index"}, {"y"}}),
+//                    [](const Attrs& a) -> OpPtr { return std::make_shared<const
+//                    GatherOp>(a.i("dim")); });
 // The dispatcher (dispatcher.h) is the only consumer that calls these; eager execution, autograd,
-// and later the tracer and the exporter all go through it, so no consumer switches over ops.
+// and later the tracer and the exporter all go through it and its modes (Note [dispatch modes]),
+// so no consumer switches over ops.
 class Op {
  public:
   virtual ~Op() = default;
