@@ -19,11 +19,24 @@ struct ProcessMode {
 };
 using ProcessModes = std::vector<ProcessMode>;
 
-// Copy-on-write: installing publishes a new list; readers load one pointer. Old lists are kept
-// (installs happen a few times per process), so a reader never sees freed memory.
+// Copy-on-write: installing publishes a new list; readers load one pointer. Every list ever
+// published stays alive in `published` (installs happen a few times per process), so a reader
+// never sees freed memory, and the lists stay reachable (no leak report).
+struct Published {
+  std::vector<std::unique_ptr<const ProcessModes>> lists;
+  std::atomic<const ProcessModes*> current{nullptr};
+};
+Published& published() {
+  static auto* p = [] {
+    auto* q = new Published();
+    q->lists.push_back(std::make_unique<const ProcessModes>());
+    q->current.store(q->lists.back().get());
+    return q;
+  }();
+  return *p;
+}
 std::atomic<const ProcessModes*>& process_modes() {
-  static std::atomic<const ProcessModes*> modes{new ProcessModes()};
-  return modes;
+  return published().current;
 }
 
 thread_local std::vector<std::shared_ptr<DispatchMode>> tls_stack;
@@ -106,11 +119,13 @@ std::vector<std::shared_ptr<DispatchMode>> dispatch_mode_stack() {
 void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  auto* next = new ProcessModes(*process_modes().load(std::memory_order_acquire));
+  auto next = std::make_unique<ProcessModes>(*process_modes().load(std::memory_order_acquire));
   auto pos = std::upper_bound(next->begin(), next->end(), rank,
                               [](int r, const ProcessMode& m) { return r < m.rank; });
   next->insert(pos, {rank, std::move(mode)});
-  process_modes().store(next, std::memory_order_release);
+  const ProcessModes* raw = next.get();
+  published().lists.push_back(std::move(next));
+  process_modes().store(raw, std::memory_order_release);
 }
 
 namespace detail {
