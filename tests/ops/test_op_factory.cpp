@@ -73,11 +73,7 @@ TEST_P(RebuildOps, EveryOpRebuiltFromNameAndAttrsComputesTheSame) {
     EXPECT_EQ(op_hash(*rebuilt), op_hash(op));
     std::vector<Tensor> outputs;
     {
-      struct SetGradMode {
-        explicit SetGradMode(bool on) : saved(GradMode::is_enabled()) { GradMode::set_enabled(on); }
-        ~SetGradMode() { GradMode::set_enabled(saved); }
-        bool saved;
-      } mode(call.grad_mode);
+      test::GradModeScope mode(call.grad_mode);  // as the call was recorded
       std::vector<Tensor> inputs;
       for (const Tensor& t : call.inputs) inputs.push_back(t.clone());
       outputs = dispatch(rebuilt, inputs, Loc::current());

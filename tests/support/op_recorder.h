@@ -44,6 +44,18 @@ class OpRecorder final : public DispatchMode {
   bool copy_values_;
 };
 
+// Sets grad mode for its lifetime (a recorded call replays under the mode it ran in).
+class GradModeScope {
+ public:
+  explicit GradModeScope(bool on) : saved_(GradMode::is_enabled()) { GradMode::set_enabled(on); }
+  ~GradModeScope() { GradMode::set_enabled(saved_); }
+  GradModeScope(const GradModeScope&) = delete;
+  GradModeScope& operator=(const GradModeScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // Pushes an OpRecorder for its lifetime.
 struct RecordOps {
   explicit RecordOps(bool copy_values = false)

@@ -94,11 +94,7 @@ TEST(StepReplay, ATrainingStepIsEntirelyOpCallsAndReplaysBitForBit) {
     OpPtr op = make_op(call.op->name(), call.op->attrs());
     std::vector<Tensor> outputs;
     {
-      struct SetGradMode {
-        explicit SetGradMode(bool on) : saved(GradMode::is_enabled()) { GradMode::set_enabled(on); }
-        ~SetGradMode() { GradMode::set_enabled(saved); }
-        bool saved;
-      } mode(call.grad_mode);
+      test::GradModeScope mode(call.grad_mode);  // as the call was recorded
       outputs = dispatch(op, inputs, Loc::current());
     }
     ASSERT_EQ(outputs.size(), call.outputs.size()) << what;
