@@ -3,11 +3,102 @@
 
 #include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln::autograd {
+
+namespace {
+
+// Note [function op]: a custom function's call goes through the dispatcher as one op named
+// after the function (kName), whose attrs are the function's attrs, so a tracer or a profiler
+// sees it like any op, and the ops its forward runs stay inside it (Note [composite ops]).
+// Its output metadata is known only by running it, so infer runs the forward (on meta inputs
+// that is the function's shape inference) and keeps the results for forward(), which hands them
+// over; an op dispatched again without its infer (a graph executor) runs the forward itself.
+// The tape does not record it (differentiable() is false): apply_function attaches the
+// FunctionNode, which owns the context the forward filled, as the outputs' grad_fn. A function
+// registered with KILN_REGISTER_FUNCTION is rebuilt from (name, attrs) by make_op.
+class FunctionOp final : public Op {
+ public:
+  FunctionOp(const char* name, FunctionForward forward, nlohmann::json attrs,
+             std::weak_ptr<FunctionNode> node)
+      : name_(name), forward_(forward), attrs_(std::move(attrs)), node_(std::move(node)) {}
+  const char* name() const override { return name_; }
+  nlohmann::json attrs() const override { return attrs_; }
+  bool differentiable() const override { return false; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    std::vector<Tensor> out = run(in, loc);
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : out)
+      metas.push_back(
+          {t.shape(), t.dtype(), t.device(),
+           t.is_channels_last() ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous});
+    tls_result() = {this, in, std::move(out)};
+    return metas;
+  }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>&) const override {
+    Result& r = tls_result();
+    bool same = r.op == this && r.inputs.size() == in.size();
+    for (size_t i = 0; same && i < in.size(); ++i) same = r.inputs[i].is_same(in[i]);
+    if (!same) return run(in, kernel_call_site());
+    std::vector<Tensor> out = std::move(r.outputs);
+    r = {};
+    return out;
+  }
+
+  // What infer left for forward on this thread (released by apply_function after the call).
+  struct Result {
+    const FunctionOp* op = nullptr;
+    std::vector<Tensor> inputs, outputs;
+  };
+  static Result& tls_result() {
+    thread_local Result r;
+    return r;
+  }
+
+ private:
+  std::vector<Tensor> run(const std::vector<Tensor>& in, const Loc& loc) const {
+    std::shared_ptr<FunctionNode> node = node_.lock();
+    FunctionCtx fresh;
+    if (!node) {
+      fresh.attrs = attrs_;
+      fresh.needs_input_grad.assign(in.size(), false);
+    }
+    FunctionCtx& ctx = node ? node->ctx() : fresh;
+    std::vector<Tensor> out;
+    {
+      detail::CompositeScope scope;
+      out = forward_(ctx, in);
+    }
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!out[i].defined())
+        fail(name_, loc, "expected forward to return defined tensors, but output {} is undefined",
+             i);
+    return out;
+  }
+
+  const char* name_;
+  FunctionForward forward_;
+  nlohmann::json attrs_;
+  std::weak_ptr<FunctionNode> node_;  // the call's node (none for a rebuilt op)
+};
+
+}  // namespace
+
+bool register_function(const char* name, FunctionForward forward) {
+  return register_op(OpDefinition{name, OpSchema{{"inputs..."}, {"outputs..."}},
+                                  [name, forward](const Attrs& a) -> OpPtr {
+                                    return std::make_shared<const FunctionOp>(
+                                        name, forward, a.json(), std::weak_ptr<FunctionNode>());
+                                  }});
+}
 
 // Defined in node.cpp (Note [iterative graph deletion]); not yet exported by node.h.
 
@@ -127,18 +218,12 @@ std::vector<Tensor> apply_function(const char* name, FunctionForward forward,
                                      &delete_node);
   FunctionCtx& ctx = node->ctx();
   ctx.attrs = std::move(attrs);
-  std::vector<Tensor> outputs;
-  {
-    NoGradGuard no_grad;
-    outputs = forward(ctx, inputs);
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].defined())
-      fail(name, loc, "expected forward to return defined tensors, but output {} is undefined", i);
-    if (AnomalyMode::is_enabled() && has_nonfinite(outputs[i]))
-      fail(name, loc, "anomaly detected: output {} ({}) of forward contains NaN or Inf", i,
-           outputs[i].describe());
-  }
+  // Anomaly mode checks the outputs like any op's (Note [function op]).
+  struct ReleaseResult {
+    ~ReleaseResult() { FunctionOp::tls_result() = {}; }
+  } release;
+  std::vector<Tensor> outputs =
+      dispatch(std::make_shared<const FunctionOp>(name, forward, ctx.attrs, node), inputs, loc);
   if (record) node->attach(outputs, inputs);
   return outputs;
 }

@@ -41,6 +41,10 @@ std::vector<Tensor> apply_function(const char* name, FunctionForward forward,
                                    FunctionBackward backward, const std::vector<Tensor>& inputs,
                                    nlohmann::json attrs, const Loc& loc);
 
+// Makes a custom function rebuildable from (name, attrs) by make_op (kiln/ops/op_factory.h), as a
+// graph loader needs; see KILN_REGISTER_FUNCTION below. The name must be unique among ops.
+bool register_function(const char* name, FunctionForward forward);
+
 // The tape node of one call of a custom function: calls the user's backward.
 class FunctionNode final : public Node {
  public:
@@ -81,7 +85,10 @@ class FunctionNode final : public Node {
 //   };
 //   Tensor y = MyExp::apply({x})[0];
 //
-// forward runs under NoGradGuard. When grad mode is on and an input requires grad, a FunctionNode
+// A call is one op named kName in the dispatcher's stream (Note [function op] in function.cpp):
+// forward runs with grad mode off, and the ops it calls are not seen by dispatch modes (a tracer
+// records the function, not its insides). On meta inputs forward runs on meta tensors, which is
+// the function's shape inference. When grad mode is on and an input requires grad, a FunctionNode
 // is recorded and the outputs get it as grad_fn. backward receives one gradient per output (zeros
 // where none flowed) and must return one per input (undefined = no gradient), each with the
 // input's shape; it runs with grad mode as the engine sets it, so a backward written with kiln ops
@@ -100,5 +107,13 @@ struct Function {
                           std::move(attrs), loc);
   }
 };
+
+// Registers Type (a Function<Type>) under Type::kName, at namespace scope in one source file:
+//   KILN_REGISTER_FUNCTION(MyExp);
+#define KILN_REGISTER_FUNCTION(Type)                                            \
+  static const bool KILN_FUNCTION_CONCAT(kiln_function_registered_, __LINE__) = \
+      ::kiln::autograd::register_function(Type::kName, &Type::forward)
+#define KILN_FUNCTION_CONCAT_INNER(a, b) a##b
+#define KILN_FUNCTION_CONCAT(a, b) KILN_FUNCTION_CONCAT_INNER(a, b)
 
 }  // namespace kiln::autograd

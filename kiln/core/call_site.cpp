@@ -16,8 +16,8 @@
 
 #include "kiln/core/error.h"
 
-#ifndef KILN_LIBRARY_SOURCE_DIR
-#error "KILN_LIBRARY_SOURCE_DIR must name kiln's source folder (set by CMakeLists.txt)"
+#if !defined(KILN_LIBRARY_SOURCE_DIR) || !defined(KILN_LIBRARY_SOURCE_DIR_FROM_BUILD)
+#error "KILN_LIBRARY_SOURCE_DIR(_FROM_BUILD) must name kiln's source folder (set by CMakeLists.txt)"
 #endif
 
 namespace kiln {
@@ -158,7 +158,9 @@ StackAnswer outside_frames() {
 
 bool is_library_location(const std::source_location& loc) {
   static constexpr std::string_view dir = KILN_LIBRARY_SOURCE_DIR;
-  return std::string_view(loc.file_name()).starts_with(dir);
+  static constexpr std::string_view from_build = KILN_LIBRARY_SOURCE_DIR_FROM_BUILD;
+  const std::string_view file = loc.file_name();
+  return file.starts_with(dir) || file.starts_with(from_build);
 }
 
 CallSiteScope::CallSiteScope(const std::source_location& loc) : pushed_(!is_library_location(loc)) {

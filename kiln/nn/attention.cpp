@@ -21,13 +21,6 @@ namespace {
 
 constexpr const char* kLayer = "MultiheadAttention";
 
-// x [..., in] W^T + b with W [out, in]: F.linear, so hooks of out_proj do not run (as in PyTorch,
-// whose attention reads out_proj.weight directly).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Loc& loc) {
-  Tensor y = matmul(x, transpose(w, 0, 1, loc), loc);
-  return b.defined() ? add(y, b, loc) : y;
-}
-
 Tensor rows(const Tensor& t, int64_t index, int64_t size, const Loc& loc) {
   return t.defined() ? narrow(t, 0, index * size, size, loc) : Tensor();
 }

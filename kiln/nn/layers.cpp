@@ -63,8 +63,7 @@ Tensor Linear::forward(const Tensor& input) {
   if (input.dim() < 1 || input.size(-1) != in_features)
     fail("Linear", Loc::current(), "expected input [..., {}], but got {}", in_features,
          input.describe());
-  Tensor y = matmul(input, transpose(weight, 0, 1));
-  return bias.defined() ? add(y, bias) : y;
+  return linear(input, weight, bias);
 }
 
 // --- Conv2d ------------------------------------------------------------------------------------

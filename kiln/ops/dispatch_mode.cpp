@@ -45,6 +45,8 @@ thread_local std::vector<std::shared_ptr<DispatchMode>> tls_stack;
 thread_local size_t tls_entry = 0;
 
 thread_local const Loc* tls_kernel_loc = nullptr;
+// Inside a composite op's forward (Note [composite ops]).
+thread_local bool tls_composite = false;
 
 struct EntryScope {
   explicit EntryScope(size_t level) : saved(tls_entry) { tls_entry = level; }
@@ -131,6 +133,7 @@ void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
 namespace detail {
 
 std::vector<Tensor> run_dispatch_modes(const OpCall& call) {
+  if (tls_composite) return run_kernel(call);
   DispatchChain chain{tls_stack.size(), process_modes().load(std::memory_order_acquire)};
   return chain.run(call, tls_entry);
 }
@@ -176,6 +179,16 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
         fmt::format("kiln internal error: the kernel raised '{}' for inputs {}", e.what(), ins),
         call.loc));
   }
+}
+
+CompositeScope::CompositeScope() : saved_(tls_composite), grad_saved_(GradMode::is_enabled()) {
+  tls_composite = true;
+  GradMode::set_enabled(false);
+}
+
+CompositeScope::~CompositeScope() {
+  GradMode::set_enabled(grad_saved_);
+  tls_composite = saved_;
 }
 
 }  // namespace detail

@@ -85,6 +85,24 @@ namespace detail {
 std::vector<Tensor> run_dispatch_modes(const OpCall& call);
 // The last step: run the op's forward on real memory, or make meta outputs.
 std::vector<Tensor> run_kernel(const OpCall& call);
+
+// Note [composite ops]: an op that keeps its identity for consumers (matmul, linear, batch norm
+// in evaluation mode, a custom function) but computes its result by calling other public ops
+// runs them inside this scope: they go straight to their kernels, past every mode, with grad
+// mode off. A mode sees the composite as one op with one output per declared output (a tracer
+// records one "matmul" node, the tape one node whose vjp is the composite's own, the profiler
+// times the whole); the ops inside are an implementation detail, like a kernel's loops.
+class CompositeScope {
+ public:
+  CompositeScope();
+  ~CompositeScope();
+  CompositeScope(const CompositeScope&) = delete;
+  CompositeScope& operator=(const CompositeScope&) = delete;
+
+ private:
+  bool saved_;
+  bool grad_saved_;
+};
 }  // namespace detail
 
 }  // namespace kiln

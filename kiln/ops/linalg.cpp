@@ -16,16 +16,15 @@
 
 namespace kiln {
 
-namespace {
-
 // "float32[2, 3]": matmul errors put two of these around an '@', so the device is left out.
-std::string short_desc(const Tensor& t) {
+std::string detail::matmul_desc(const Tensor& t) {
   return dtype_name(t.dtype()) + shape_str(t.shape());
 }
 
-// Checks shared by matmul and bmm: rank (min_rank..max_rank), one floating dtype, inner sizes.
-void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t min_rank,
-                    int64_t max_rank, const Loc& loc) {
+// Checks shared by matmul, bmm and linear: rank (min_rank..max_rank), one floating dtype, inner
+// sizes.
+void detail::check_matmul_operands(const char* op, const Tensor& a, const Tensor& b,
+                                   int64_t min_rank, int64_t max_rank, const Loc& loc) {
   for (const Tensor* t : {&a, &b}) {
     if (t->dim() < min_rank || t->dim() > max_rank) {
       if (min_rank == max_rank)
@@ -45,7 +44,14 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t mi
   const int64_t kb = b.dim() == 1 ? b.size(0) : b.size(-2);
   if (ka != kb)
     fail(op, loc, "expected the inner dimensions to match, but got {} @ {} ({} != {})",
-         short_desc(a), short_desc(b), ka, kb);
+         detail::matmul_desc(a), detail::matmul_desc(b), ka, kb);
+}
+
+namespace {
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t min_rank,
+                    int64_t max_rank, const Loc& loc) {
+  detail::check_matmul_operands(op, a, b, min_rank, max_rank, loc);
 }
 
 // A contiguous copy of t (t itself when already contiguous), converted to dtype.
@@ -341,67 +347,7 @@ Tensor bmm(const Tensor& a, const Tensor& b, const Loc& loc) {
   return call_op<BmmOp>({a, b}, loc);
 }
 
-// Note [matmul decomposition]: matmul is composite (reshape/expand/bmm), so its gradient comes
-// from theirs. When b has no batch dims, a's batch dims fold into M and one GEMM runs; otherwise
-// batch dims broadcast, and an expanded operand keeps a zero batch stride that bmm hands to
-// oneDNN as a broadcast instead of copying.
-Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
-  check_operands("matmul", a, b, 1, std::numeric_limits<int64_t>::max(), loc);
-  const int64_t da = a.dim(), db = b.dim();
-  const int64_t k = a.size(-1);
-  Shape lead(a.shape().begin(), a.shape().end() - 1);  // a's dims but K
-  if (db <= 2) {
-    const Tensor a3 = da == 2 ? unsqueeze(a, 0, loc) : reshape(a, {1, shape_numel(lead), k}, loc);
-    const Tensor b3 = db == 2 ? unsqueeze(b, 0, loc) : reshape(b, {1, k, 1}, loc);
-    Tensor out = bmm(a3, b3, loc);
-    Shape shape = lead;
-    if (db == 2) shape.push_back(b.size(1));
-    return detail::release_view(reshape(out, shape, loc));  // Note [views of temporaries]
-  }
-  const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
-  const int64_t m = am.size(-2), n = b.size(-1);
-  const Shape batch_a(am.shape().begin(), am.shape().end() - 2);
-  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
-  Shape batch(std::max(batch_a.size(), batch_b.size()), 1);
-  for (size_t i = 1; i <= batch.size(); ++i) {
-    const int64_t sa = i <= batch_a.size() ? batch_a[batch_a.size() - i] : 1;
-    const int64_t sb = i <= batch_b.size() ? batch_b[batch_b.size() - i] : 1;
-    if (sa != sb && sa != 1 && sb != 1)
-      fail("matmul", loc,
-           "expected batch dimensions that broadcast, but got {} @ {} (batch {} vs {})",
-           short_desc(a), short_desc(b), shape_str(batch_a), shape_str(batch_b));
-    batch[batch.size() - i] = sa == 1 ? sb : sa;
-  }
-  const int64_t nb = shape_numel(batch);
-  auto with = [&](std::initializer_list<int64_t> tail) {
-    Shape s = batch;
-    s.insert(s.end(), tail);
-    return s;
-  };
-  Tensor a3 = reshape(expand(am, with({m, k}), loc), {nb, m, k}, loc);
-  Tensor b3 = reshape(expand(b, with({k, n}), loc), {nb, k, n}, loc);
-  Tensor out = bmm(a3, b3, loc);
-  return detail::release_view(reshape(out, da == 1 ? with({n}) : with({m, n}), loc));
-}
-
 namespace {
-
-std::vector<OpSample> matmul_samples() {
-  auto mm = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; };
-  const std::string torch = "torch.matmul(a0, a1)";
-  auto sample = [&](std::string label, Shape sa, Shape sb) {
-    return OpSample{"matmul/" + label, {sample_tensor(sa, 11), sample_tensor(sb, 12)}, mm, torch};
-  };
-  return {sample("dot", {4}, {4}),
-          sample("2d_2d", {3, 4}, {4, 5}),
-          sample("1d_left", {4}, {4, 5}),
-          sample("1d_right", {3, 4}, {4}),
-          sample("batched_2d", {2, 3, 4}, {4, 5}),
-          sample("batched_1d", {2, 3, 4}, {4}),
-          sample("broadcast", {2, 1, 3, 4}, {3, 4, 2}),
-          sample("1d_batched", {4}, {2, 4, 3}),
-          sample("2d_batched", {3, 4}, {2, 4, 5})};
-}
 
 std::vector<OpSample> bmm_samples() {
   return {
@@ -418,7 +364,6 @@ std::vector<OpSample> bmm_samples() {
   };
 }
 
-KILN_REGISTER_OP_SAMPLES("matmul", matmul_samples);
 KILN_REGISTER_OP_SAMPLES("bmm", bmm_samples);
 
 }  // namespace

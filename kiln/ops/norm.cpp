@@ -303,12 +303,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       fail("batch_norm", loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
            p == &weight ? "weight" : "bias", x.size(1), dtype_name(x.dtype()), x.describe(),
            p->describe());
-  // Evaluation is an affine map per channel, y = x * scale + shift, as PyTorch computes it.
-  Tensor rstd = rsqrt(add(to_dtype(running_var, x.dtype(), loc), eps, loc), loc);
-  Tensor scale = weight.defined() ? mul(weight, rstd, loc) : rstd;
-  Tensor shift = neg(mul(to_dtype(running_mean, x.dtype(), loc), scale, loc), loc);
-  if (bias.defined()) shift = add(bias, shift, loc);
-  return channel_affine(x, scale, shift, loc);
+  // Evaluation is an affine map per channel, y = x * scale + shift, as PyTorch computes it: one
+  // op (batch_norm_eval.cpp) that a tracer and an exporter see as batch norm.
+  return detail::batch_norm_eval(x, running_mean, running_var, weight, bias, eps, loc);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,

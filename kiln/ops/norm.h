@@ -28,6 +28,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5, const Loc& loc = Loc::current());
 
+namespace detail {
+// batch_norm's evaluation mode (training = false) after its argument checks: the op
+// "batch_norm_eval".
+Tensor batch_norm_eval(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, double eps, const Loc& loc);
+}  // namespace detail
+
 // y = x * scale[c] + shift[c] over the channel dim (1) of x [N, C, ...], in one pass: batch_norm
 // in evaluation mode, with scale and shift folded from the running statistics. scale and shift
 // have shape [C] and x's dtype.

@@ -20,6 +20,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/source_file.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::io {
@@ -322,7 +323,7 @@ std::string quoted(const std::string& s) {
 }
 
 std::string script_path() {
-  return quoted((fs::path(__FILE__).parent_path() / "torch_interop.py").string());
+  return quoted(test::source_file("tests/io/torch_interop.py"));
 }
 
 // Runs a command, returns its exit status and appends its output to `out`.

@@ -16,6 +16,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/registry.h"
+#include "tests/support/source_file.h"
 #include "tests/support/torch_runner.h"
 
 namespace kiln::nn::testing {
@@ -101,9 +102,7 @@ Tensor bool_mask(const Shape& shape, F pick) {
 // Writes {"cases": cases}, runs the script, returns its cases. On failure records a test failure
 // saying what to install and returns null.
 inline json run_torch_nn_reference(const json& cases, const std::string& tag) {
-  // __FILE__ is absolute (CMake passes absolute source paths): the script sits beside this header.
-  const std::string script =
-      (std::filesystem::path(__FILE__).parent_path() / "torch_nn_reference.py").string();
+  const std::string script = test::source_file("tests/nn/torch_nn_reference.py");
   return test::run_torch_cases(script, cases, "nn_" + tag);
 }
 

@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "tests/support/source_file.h"
 #include "tests/support/torch_runner.h"
 
 namespace kiln::optim::testing {
 
-// The script sits beside this header; __FILE__ is absolute in this build (CMake passes absolute
-// source paths), so the test finds it from any working directory.
 inline std::string reference_script() {
-  return (std::filesystem::path(__FILE__).parent_path() / "torch_optim_reference.py").string();
+  return test::source_file("tests/optim/torch_optim_reference.py");
 }
 
 using kiln::test::decode_value;

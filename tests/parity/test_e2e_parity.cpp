@@ -47,6 +47,7 @@
 #include "kiln/nn/models.h"
 #include "kiln/ops/loss.h"
 #include "kiln/optim/sgd.h"
+#include "tests/support/source_file.h"
 
 namespace kiln::train {
 namespace {
@@ -68,9 +69,8 @@ constexpr double kFloat32DriftFactor = 2.0;
 constexpr double kFloat32WeightTolerance = 1e-2;
 constexpr double kFloat32TorchWeightTolerance = 0.1;
 
-// The script sits beside this file; __FILE__ is absolute (CMake passes absolute source paths).
 std::string reference_script() {
-  return (fs::path(__FILE__).parent_path() / "e2e_torch_reference.py").string();
+  return test::source_file("tests/parity/e2e_torch_reference.py");
 }
 
 // A fresh directory under the system temp dir, removed with everything in it at the end.

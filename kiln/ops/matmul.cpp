@@ -1,0 +1,288 @@
+// matmul and linear: composite ops (Note [composite ops]) that keep their identity for a tracer
+// and an exporter (ONNX MatMul / Gemm) while computing with reshape, expand and bmm.
+#include <limits>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/composite_op.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace {
+
+// matmul's batch dims: a's and b's (all but the matrix dims) broadcast against each other.
+Shape broadcast_batch(const Shape& batch_a, const Shape& batch_b, const Tensor& a, const Tensor& b,
+                      const Loc& loc) {
+  Shape batch(std::max(batch_a.size(), batch_b.size()), 1);
+  for (size_t i = 1; i <= batch.size(); ++i) {
+    const int64_t sa = i <= batch_a.size() ? batch_a[batch_a.size() - i] : 1;
+    const int64_t sb = i <= batch_b.size() ? batch_b[batch_b.size() - i] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      fail("matmul", loc,
+           "expected batch dimensions that broadcast, but got {} @ {} (batch {} vs {})",
+           detail::matmul_desc(a), detail::matmul_desc(b), shape_str(batch_a), shape_str(batch_b));
+    batch[batch.size() - i] = sa == 1 ? sb : sa;
+  }
+  return batch;
+}
+
+// [rows, last]: every dim but the last folded into rows (explicit, since -1 cannot be inferred
+// when the last dim is 0).
+Shape as_rows(const Shape& s) {
+  return {shape_numel(Shape(s.begin(), s.end() - 1)), s.back()};
+}
+
+Shape with_tail(Shape s, std::initializer_list<int64_t> tail) {
+  s.insert(s.end(), tail);
+  return s;
+}
+
+// Note [matmul decomposition]: when b has no batch dims, a's batch dims fold into M and one GEMM
+// runs; otherwise batch dims broadcast, and an expanded operand keeps a zero batch stride that
+// bmm hands to oneDNN as a broadcast instead of copying.
+class MatmulOp final : public CompositeOp {
+ public:
+  const char* name() const override { return "matmul"; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const Tensor &a = in[0], &b = in[1];
+    detail::check_matmul_operands(name(), a, b, 1, std::numeric_limits<int64_t>::max(), loc);
+    Shape shape;
+    if (b.dim() <= 2) {
+      shape.assign(a.shape().begin(), a.shape().end() - 1);
+      if (b.dim() == 2) shape.push_back(b.size(1));
+    } else {
+      const int64_t m_dims = a.dim() == 1 ? 1 : 2;
+      const Shape batch = broadcast_batch(Shape(a.shape().begin(), a.shape().end() - m_dims),
+                                          Shape(b.shape().begin(), b.shape().end() - 2), a, b, loc);
+      shape = a.dim() == 1 ? with_tail(batch, {b.size(-1)})
+                           : with_tail(batch, {a.size(-2), b.size(-1)});
+    }
+    return {{shape, a.dtype(), a.device()}};
+  }
+
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].size(-1));
+  }
+
+  std::vector<Tensor> decompose(const std::vector<Tensor>& in) const override {
+    const Loc& loc = kernel_call_site();
+    const Tensor &a = in[0], &b = in[1];
+    const int64_t da = a.dim(), db = b.dim(), k = a.size(-1);
+    Shape lead(a.shape().begin(), a.shape().end() - 1);  // a's dims but K
+    if (db <= 2) {
+      const Tensor a3 = da == 2 ? unsqueeze(a, 0, loc) : reshape(a, {1, shape_numel(lead), k}, loc);
+      const Tensor b3 = db == 2 ? unsqueeze(b, 0, loc) : reshape(b, {1, k, 1}, loc);
+      Shape shape = lead;
+      if (db == 2) shape.push_back(b.size(1));
+      return {reshape(bmm(a3, b3, loc), shape, loc)};
+    }
+    const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
+    const int64_t m = am.size(-2), n = b.size(-1);
+    const Shape batch = broadcast_batch(Shape(am.shape().begin(), am.shape().end() - 2),
+                                        Shape(b.shape().begin(), b.shape().end() - 2), a, b, loc);
+    const int64_t nb = shape_numel(batch);
+    Tensor a3 = reshape(expand(am, with_tail(batch, {m, k}), loc), {nb, m, k}, loc);
+    Tensor b3 = reshape(expand(b, with_tail(batch, {k, n}), loc), {nb, k, n}, loc);
+    return {
+        reshape(bmm(a3, b3, loc), da == 1 ? with_tail(batch, {n}) : with_tail(batch, {m, n}), loc)};
+  }
+
+  // Each operand's gradient reads only the other one.
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    return {true, false, ~uint64_t{0}, (needs_grad[1] ? 1u : 0u) | (needs_grad[0] ? 2u : 0u)};
+  }
+
+  // With A = a as a matrix stack ([k] -> [1, k]), B = b ([k] -> [k, 1]) and G the gradient with
+  // the removed dims put back: dA = G B^T and dB = A^T G, summed over broadcast batch dims. When b
+  // is a matrix, a's batch dims fold into rows, so dB is one GEMM.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Loc& loc = ctx.loc;
+    const Shape &sa = ctx.input_metas[0].shape, &sb = ctx.input_metas[1].shape;
+    const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+    Tensor g = ctx.grads[0];
+    if (b_vec) g = unsqueeze(g, g.dim(), loc);
+    if (a_vec) g = unsqueeze(g, g.dim() - 1, loc);
+    std::vector<Tensor> grads(2);
+    if (ctx.needs_grad[0]) {
+      const Tensor& b = ctx.inputs[1];
+      const Tensor bm = b_vec ? unsqueeze(b, 1, loc) : b;
+      const Shape am_shape = a_vec ? Shape{1, sa[0]} : sa;
+      grads[0] =
+          reshape(sum_to(matmul(g, transpose(bm, -1, -2, loc), loc), am_shape, loc), sa, loc);
+    }
+    if (ctx.needs_grad[1]) {
+      const Tensor& a = ctx.inputs[0];
+      const Tensor am = a_vec ? unsqueeze(a, 0, loc) : a;
+      const Shape bm_shape = b_vec ? Shape{sb[0], 1} : sb;
+      Tensor gb;
+      if (bm_shape.size() == 2) {
+        gb = matmul(transpose(reshape(am, as_rows(am.shape()), loc), 0, 1, loc),
+                    reshape(g, as_rows(g.shape()), loc), loc);
+      } else {
+        gb = sum_to(matmul(transpose(am, -1, -2, loc), g, loc), bm_shape, loc);
+      }
+      grads[1] = reshape(gb, sb, loc);
+    }
+    return grads;
+  }
+};
+
+KILN_REGISTER_OP("matmul", (OpSchema{{"a", "b"}, {"y"}}), no_attrs<MatmulOp>());
+
+// y = x W^T + b over the last dim of x (torch.nn.functional.linear, ONNX Gemm with transB), with
+// the documented shapes only: weight [out, in], bias [out] or one value. (PyTorch 1.13 also takes
+// a vector weight or a bias broadcasting over rows for some input ranks and refuses them for
+// others; README's "Where kiln differs from PyTorch".)
+class LinearOp final : public CompositeOp {
+ public:
+  explicit LinearOp(bool has_bias) : has_bias_(has_bias) {}
+  const char* name() const override { return "linear"; }
+  nlohmann::json attrs() const override { return {{"has_bias", has_bias_}}; }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    if (in.size() != (has_bias_ ? 3u : 2u))
+      fail(name(), loc, "expected {} inputs (input, weight{}), but got {}", has_bias_ ? 3 : 2,
+           has_bias_ ? ", bias" : "", in.size());
+    const Tensor &x = in[0], &w = in[1];
+    if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1))
+      fail(name(), loc,
+           "expected input [..., in_features] and weight [out_features, in_features], but got "
+           "input {} and weight {}",
+           x.describe(), w.describe());
+    if (!is_floating(x.dtype()) || w.dtype() != x.dtype())
+      fail(name(), loc,
+           "expected floating-point input and weight of one dtype, but got input {} and weight {}",
+           x.describe(), w.describe());
+    Shape shape(x.shape().begin(), x.shape().end() - 1);
+    shape.push_back(w.size(0));
+    if (has_bias_) {
+      const Tensor& b = in[2];
+      const bool fits = b.dtype() == x.dtype() && b.dim() <= 1 &&
+                        (b.numel() == 1 || (b.dim() == 1 && b.size(0) == w.size(0)));
+      if (!fits)
+        fail(name(), loc,
+             "expected a bias of shape [{}] (or one value) and dtype {} (input {}, weight {}), "
+             "but got {}",
+             w.size(0), dtype_name(x.dtype()), x.describe(), w.describe(), b.describe());
+    }
+    return {{shape, x.dtype(), x.device()}};
+  }
+
+  double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].size(-1));
+  }
+
+  std::vector<Tensor> decompose(const std::vector<Tensor>& in) const override {
+    const Loc& loc = kernel_call_site();
+    Tensor y = matmul(in[0], transpose(in[1], 0, 1, loc), loc);
+    return {has_bias_ ? add(y, in[2], loc) : y};
+  }
+
+  // x only for the weight's gradient, the weight only for x's; the bias never.
+  Saves saves_for(const std::vector<bool>& needs_grad) const override {
+    return {true, false, ~uint64_t{0}, (needs_grad[1] ? 1u : 0u) | (needs_grad[0] ? 2u : 0u)};
+  }
+
+  // dx = G W, dW = G^T x over all rows (one GEMM), db = G summed to the bias's shape.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Loc& loc = ctx.loc;
+    const Tensor& g = ctx.grads[0];
+    std::vector<Tensor> grads(ctx.input_metas.size());
+    if (ctx.needs_grad[0]) grads[0] = matmul(g, ctx.inputs[1], loc);
+    if (ctx.needs_grad[1])
+      grads[1] = matmul(transpose(reshape(g, as_rows(g.shape()), loc), 0, 1, loc),
+                        reshape(ctx.inputs[0], as_rows(ctx.input_metas[0].shape), loc), loc);
+    if (has_bias_ && ctx.needs_grad[2]) grads[2] = sum_to(g, ctx.input_metas[2].shape, loc);
+    return grads;
+  }
+
+ private:
+  bool has_bias_;
+};
+
+KILN_REGISTER_OP("linear", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const LinearOp>(a.b("has_bias"));
+                 });
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
+  return call_op<MatmulOp>({a, b}, loc);
+}
+
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias, const Loc& loc) {
+  std::vector<Tensor> in{input, weight};
+  if (bias.defined()) in.push_back(bias);
+  return dispatch1(std::make_shared<const LinearOp>(bias.defined()), in, loc);
+}
+
+namespace {
+
+std::vector<OpSample> matmul_samples() {
+  auto mm = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; };
+  const std::string torch = "torch.matmul(a0, a1)";
+  auto sample = [&](std::string label, Shape sa, Shape sb) {
+    return OpSample{"matmul/" + label, {sample_tensor(sa, 11), sample_tensor(sb, 12)}, mm, torch};
+  };
+  return {sample("dot", {4}, {4}),
+          sample("2d_2d", {3, 4}, {4, 5}),
+          sample("1d_left", {4}, {4, 5}),
+          sample("1d_right", {3, 4}, {4}),
+          sample("batched_2d", {2, 3, 4}, {4, 5}),
+          sample("batched_1d", {2, 3, 4}, {4}),
+          sample("broadcast", {2, 1, 3, 4}, {3, 4, 2}),
+          sample("1d_batched", {4}, {2, 4, 3}),
+          sample("2d_batched", {3, 4}, {2, 4, 5}),
+          sample("batched_batched", {2, 3, 4}, {2, 4, 5}),
+          sample("empty_n", {2, 3}, {3, 0}),
+          sample("empty_k", {2, 0}, {0, 3})};
+}
+
+std::vector<OpSample> linear_samples() {
+  auto with_bias = [](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{linear(x[0], x[1], x[2])};
+  };
+  auto no_bias = [](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{linear(x[0], x[1])};
+  };
+  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
+  return {
+      {"linear/2d",
+       {t({3, 4}, 31), t({5, 4}, 32), t({5}, 33)},
+       with_bias,
+       "torch.nn.functional.linear(a0, a1, a2)"},
+      {"linear/batched",
+       {t({2, 3, 4}, 34), t({5, 4}, 35), t({5}, 36)},
+       with_bias,
+       "torch.nn.functional.linear(a0, a1, a2)"},
+      {"linear/vector",
+       {t({4}, 37), t({2, 4}, 38), t({2}, 39)},
+       with_bias,
+       "torch.nn.functional.linear(a0, a1, a2)"},
+      {"linear/no_bias",
+       {t({3, 4}, 40), t({5, 4}, 41)},
+       no_bias,
+       "torch.nn.functional.linear(a0, a1)"},
+      {"linear/no_out_features",
+       {t({2, 3}, 48), t({0, 3}, 49), t({0}, 50)},
+       with_bias,
+       "torch.nn.functional.linear(a0, a1, a2)"},
+      {"linear/one_value_bias",
+       {t({2, 3, 4}, 42), t({5, 4}, 43), t({1}, 44)},
+       with_bias,
+       "torch.nn.functional.linear(a0, a1, a2)"},
+  };
+}
+
+KILN_REGISTER_OP_SAMPLES("matmul", matmul_samples);
+KILN_REGISTER_OP_SAMPLES("linear", linear_samples);
+
+}  // namespace
+
+}  // namespace kiln
