@@ -1,7 +1,5 @@
 // Pipeline::cache(filename): the file-backed cache stage and its file format (Note [file cache]
 // in pipeline.h).
-#include <zlib.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/data/pipeline.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/crc32.h"
 #include "kiln/io/regular_file.h"
 
 namespace kiln::data {
@@ -31,10 +30,6 @@ constexpr char kEndMagic[8] = {'K', 'I', 'L', 'N', 'C', 'E', 'N', 'D'};
 constexpr uint64_t kFooterBytes = 1 + 8 + 8;
 constexpr int kMaxRank = 16;
 constexpr size_t kFlushBytes = size_t{1} << 20;
-
-uint32_t crc_update(uint32_t crc, const void* data, size_t n) {
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), n));
-}
 
 // Streams elements into the temp file of an AtomicFile; finish() renames it into place.
 class CacheWriter {
@@ -51,7 +46,7 @@ class CacheWriter {
     put_value(flags);
     if (e.data.defined()) put_tensor(e.data, "data");
     if (e.target.defined()) put_tensor(e.target, "target");
-    put_value(crc_update(0, buffer_.data() + start, buffer_.size() - start));
+    put_value(io::crc32_update(0, buffer_.data() + start, buffer_.size() - start));
     ++count_;
     if (buffer_.size() >= kFlushBytes) flush();
   }
@@ -165,7 +160,7 @@ class CacheReader {
       corrupt(pos_, fmt::format("{} needs {} bytes, but only {} remain before the end marker", what,
                                 n, end_ - pos_));
     if (n > 0 && std::fread(out, 1, n, file_.get()) != n) io_error(pos_);
-    crc_ = crc_update(crc_, out, n);
+    crc_ = io::crc32_update(crc_, out, n);
     pos_ += n;
   }
   template <class T>

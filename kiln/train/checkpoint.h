@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "kiln/core/tensor.h"
+#include "kiln/io/dir_transaction.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/optimizer.h"
@@ -27,23 +28,17 @@ namespace kiln::train {
 // Everything is data; loading runs no code. Every file is verified (size, CRC-32, the strict
 // safetensors reader) before any of the model, optimizer, scheduler or generator changes, so a
 // corrupt, truncated or mismatched set is a kiln::Error naming the file and the model is left
-// as it was. Hand-editing checkpoint.json breaks its checksum on purpose.
+// as it was. checkpoint.json is a verified manifest (Note [verified manifest] in
+// kiln/io/manifest.h), so hand-editing it breaks its checksum on purpose.
 //
 // Note [checkpoint atomicity]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The three files must change together, which one rename of a file cannot give. save writes
-// them into a fresh sibling DIR.tmp-XXXXXX (each file fsync'ed, then the directory), then
-//   1. removes a leftover DIR.old when DIR is complete (a crash after step 3 left it),
-//   2. renames DIR to DIR.old (when DIR exists),
-//   3. renames DIR.tmp-XXXXXX to DIR,
-//   4. removes DIR.old,
-// fsync'ing the parent directory after each rename. DIR only ever comes into being by step 3,
-// so whenever DIR exists it is complete; a crash between steps 2 and 3 leaves no DIR but a
-// complete DIR.old, which every reader here falls back to. So at every instant the newest
-// complete checkpoint is loadable, and a failed or killed save never costs the previous one.
-// Leftover DIR.tmp-* directories of crashed saves are removed by the next save. One process
-// at a time may save to a given DIR. save refuses to replace a DIR holding anything other than
-// checkpoint files, so pointing it at a wrong directory cannot delete user data.
+// The three files must change together: save writes them in a directory transaction (Note
+// [directory transaction] in kiln/io/dir_transaction.h), so whenever DIR exists it is complete,
+// a crash between the transaction's two renames leaves a complete DIR.old that every reader
+// here falls back to, and a failed or killed save never costs the previous checkpoint. One
+// process at a time may save to a given DIR. save refuses to replace a DIR holding anything
+// other than checkpoint files, so pointing it at a wrong directory cannot delete user data.
 
 // What a checkpoint records besides tensors. `epoch` counts the completed epochs (resume runs
 // epochs epoch, epoch + 1, ... and sets the loader's epoch to `epoch`); `step` counts the
@@ -96,8 +91,9 @@ void load_checkpoint_weights(const std::string& dir, nn::Module& model,
 // with the step's name ("mkdir", "rename_old", "rename_new", "remove_old") and the path it acts
 // on; a nonzero return makes the step fail as if the system call had set errno to that value.
 // (File writes inside the temporary directory go through kiln/io/atomic_file.h, whose own hook
-// covers them.) Process-wide; pass an empty function to remove it.
-using CheckpointFaultHook = std::function<int(std::string_view step, const std::string& path)>;
+// covers them.) Process-wide; pass an empty function to remove it. The same hook as
+// io::set_dir_transaction_fault_hook, which this sets: it sees every directory transaction.
+using CheckpointFaultHook = io::DirTransactionFaultHook;
 void set_checkpoint_fault_hook(CheckpointFaultHook hook);
 
 }  // namespace kiln::train
