@@ -88,6 +88,22 @@ void check_conv_options(const char* op, const Conv2dOptions& o, const Loc& loc) 
     fail(op, loc, "expected non-negative padding, but got {}", p.str());
 }
 
+const char* conv_algorithm_name(ConvAlgorithm a) {
+  switch (a) {
+    case ConvAlgorithm::kAuto:
+      return "auto";
+    case ConvAlgorithm::kDirect:
+      return "direct";
+    case ConvAlgorithm::kWinograd:
+      return "winograd";
+  }
+  return "?";
+}
+
+const char* conv_purpose_name(ConvPurpose p) {
+  return p == ConvPurpose::kInference ? "inference" : "training";
+}
+
 nlohmann::json conv_attrs(const Conv2dOptions& o) {
   nlohmann::json padding;
   if (o.padding.kind == Padding::Kind::kExplicit)
@@ -97,7 +113,14 @@ nlohmann::json conv_attrs(const Conv2dOptions& o) {
   return {{"stride", {o.stride.h, o.stride.w}},
           {"padding", padding},
           {"dilation", {o.dilation.h, o.dilation.w}},
-          {"groups", o.groups}};
+          {"groups", o.groups},
+          {"algorithm", conv_algorithm_name(o.algorithm)}};
+}
+
+nlohmann::json conv_forward_attrs(const Conv2dOptions& o, ConvPurpose purpose) {
+  nlohmann::json a = conv_attrs(o);
+  a["purpose"] = conv_purpose_name(purpose);
+  return a;
 }
 
 Conv2dOptions conv_options_from_attrs(const Attrs& a) {
@@ -118,7 +141,28 @@ Conv2dOptions conv_options_from_attrs(const Attrs& a) {
       a.fail("padding", "must be a string or 4 integers [top, bottom, left, right]");
     o.padding = Padding::asymmetric(p[0], p[1], p[2], p[3]);
   }
+  const std::string algorithm = a.s("algorithm");
+  if (algorithm == "auto")
+    o.algorithm = ConvAlgorithm::kAuto;
+  else if (algorithm == "direct")
+    o.algorithm = ConvAlgorithm::kDirect;
+  else if (algorithm == "winograd")
+    o.algorithm = ConvAlgorithm::kWinograd;
+  else
+    a.fail("algorithm",
+           fmt::format("must be \"auto\", \"direct\" or \"winograd\", but is \"{}\"", algorithm));
   return o;
+}
+
+// No "auto" purpose: an op holds the decision its public function made (Note [conv algorithm]).
+ConvPolicy conv_policy_from_attrs(const Attrs& a) {
+  ConvPolicy p{conv_options_from_attrs(a).algorithm, ConvPurpose::kTraining};
+  const std::string purpose = a.s("purpose");
+  if (purpose == "inference")
+    p.purpose = ConvPurpose::kInference;
+  else if (purpose != "training")
+    a.fail("purpose", fmt::format("must be \"training\" or \"inference\", but is \"{}\"", purpose));
+  return p;
 }
 
 std::string short_desc(const Tensor& t) {
@@ -292,20 +336,25 @@ void ref_backward_weights(const ConvGeometry& g, const double* x, const double* 
 // kernels and forward_training with its direct jit kernels (same math, different blocking).
 // Measured on ResNet-18 without grad, 2 threads (kiln_profile --workload resnet18-infer): batch 1
 // 6.2 ms with brgemm vs 7.2 ms direct, but batch 2 12.8 vs 10.0, batch 4 23.7 vs 18.4 and batch
-// 64 360 vs 275 ms. So kInference, the forward_inference primitive, is used for no-grad forwards
-// of a single image only; it is chosen by shape alone, so results never depend on timing.
+// 64 360 vs 275 ms. So kInference, the forward_inference primitive, is used for forwards of a
+// single image whose purpose is inference (Note [conv algorithm]); it is chosen by the op's
+// attributes and the shape alone, so results never depend on timing or grad mode.
 //
-// Note [conv winograd]: for a no-grad forward of a batch (more than one image) with a 3x3 kernel,
-// stride 1, dilation 1 and no groups, kiln asks oneDNN for its Winograd F(4x4, 3x3) kernel
+// Note [conv winograd]: for an inference forward of a batch (more than one image) with a 3x3
+// kernel, stride 1, dilation 1 and no groups, kiln asks oneDNN for its Winograd F(4x4, 3x3) kernel
 // (jit_wino_4x3), which does the work of the direct kernel in about half the multiplications:
 // measured on this machine at batch 64, 64->64 channels at 32x32 11.7 ms vs 21.8 ms (brgemm) and
 // 16-17 ms (direct, in the network), 512->512 at 4x4 10.9 vs 30.3 ms. Its rounding differs from
 // the direct kernel's: against a float64 reference, the largest error relative to the largest
 // output was 1.2e-6 to 2.4e-6 (direct: 0.7e-6 to 1.6e-6) over 64..512 channels, and
 // tests/ops/test_conv_winograd.cpp holds it under 1e-5. Where oneDNN has no Winograd kernel for
-// the shape (channel counts, post-ops), the direct kernel runs. Training (gradient recording) and
+// the shape (channel counts, post-ops), the direct kernel runs. This is ConvAlgorithm::kAuto's
+// choice (Note [conv algorithm] in conv.h); under kAuto, training (the "training" purpose) and
 // single images never use it: the gradients keep the direct kernels' numerics, and at batch 1 the
-// transformed weights (4x the size) would stream from memory on every call.
+// transformed weights (4x the size) would stream from memory on every call. kWinograd asks for it
+// in every case, kDirect in none. The Winograd primitive is created for forward_inference in both
+// purposes: a convolution's forward keeps no state for its backward (no workspace), so the prop
+// kind only selects kernels.
 enum class Pass { kForward, kInference, kWinograd, kBackwardData, kBackwardWeights };
 
 bool is_forward(Pass p) {
@@ -364,6 +413,8 @@ struct ConvEntry {
   // oneDNN's reference implementation was the only one to accept the request (some post-op
   // combinations), orders of magnitude slower than its jit kernels.
   bool reference = false;
+  // A Winograd pass found a Winograd kernel (else its primitive is the direct one).
+  bool winograd = false;
   std::string implementation;  // oneDNN's name for the kernel (impl_info_str)
 };
 
@@ -425,6 +476,7 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, Activatio
     e.primitive = dnnl::convolution_forward(fwd);
     e.implementation = fwd.impl_info_str();
     e.reference = e.implementation.starts_with("ref");
+    e.winograd = winograd.has_value();
     e.scratch = fwd.scratchpad_desc();
     e.a = operand(DNNL_ARG_SRC, plain.src, fwd.src_desc(), false);
     e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, fwd.weights_desc(), false);
@@ -482,13 +534,14 @@ std::vector<float> values(const Tensor* fold) {
 }
 
 // Note [conv weight cache]: reordering the weights into the primitive's blocked layout reads and
-// writes every weight on every call; for ResNet-18 at batch 1 that is most of the forward. When
-// no gradient is being recorded (inference, evaluation), the blocked copy of a float32 weight is
-// cached, keyed by the weight's storage (held weakly, so a freed storage never matches a new one
-// at the same address), its offset, its version counter and the layout. Every in-place write
-// through kiln (optimizer steps, copy_, load_state_dict) bumps the version, so a changed weight
-// misses; code writing a weight through raw_data() must bump the version itself. Training passes
-// never use it: their weights change every step, and the copies would only add memory.
+// writes every weight on every call; for ResNet-18 at batch 1 that is most of the forward. For
+// forwards whose purpose is inference (no gradient recorded: Note [conv algorithm]), the blocked
+// copy of a float32 weight is cached, keyed by the weight's storage (held weakly, so a freed
+// storage never matches a new one at the same address), its offset, its version counter and the
+// layout. Every in-place write through kiln (optimizer steps, copy_, load_state_dict) bumps the
+// version, so a changed weight misses; code writing a weight through raw_data() must bump the
+// version itself. Training passes never use it: their weights change every step, and the copies
+// would only add memory.
 //
 // A folded weight (Note [conv epilogue]) is cached the same way; the per-channel scale it was
 // multiplied by is part of the key, compared by value, since callers compute it afresh per call.
@@ -582,11 +635,11 @@ BlockedCache& grad_output_cache() {
   return *cache;
 }
 
-// Note [blocked activations]: without a gradient, batched convolutions (oneDNN's direct kernels)
+// Note [blocked activations]: for inference, batched convolutions (oneDNN's direct kernels)
 // compute in a blocked layout (nChw16c), which strides cannot express, so each one would reorder
 // its input in and its output out. When a convolution's output is the next one's input (ResNet's
 // conv-bn-relu chains after folding, Note [conv epilogue]) the second reorder only undoes the
-// first, and the plain output is never read at all. So a no-grad convolution that writes its
+// first, and the plain output is never read at all. So an inference convolution that writes its
 // whole output itself leaves the output's storage holding the blocked result (Note [deferred
 // contents] in core/storage.h), and a convolution reading that tensor, as its input or as the
 // residual of its sum post-op, takes the blocked form directly. Anything else that touches the
@@ -642,10 +695,14 @@ Tensor dense_activation(const Tensor& t) {
   return out;
 }
 
+Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l);
+
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
 // kernels below, `bias` the forward's bias (may be null), `ep` a forward's epilogue (may be null).
-// `publish`: out is the op's result, written here and nowhere else (Note [blocked activations]).
-void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
+// For a forward, `pass` is kForward and policy p picks the pass that runs (forward_pass); the
+// backward passes ignore p. `publish`: out is the op's result, written here and nowhere else
+// (Note [blocked activations]).
+void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a, const Tensor& b,
                  const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr,
                  bool publish = false) {
   // The activations among the operands: a and out always, b in the weight gradient.
@@ -670,6 +727,8 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       bias = &shift32;
     }
   }
+  const bool forward = is_forward(pass);
+  if (forward) pass = forward_pass(g, p, bias != nullptr, layouts);
   const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts);
   const ConvEntry& e = *entry;
   const bool direct = out.dtype() == DType::Float32;
@@ -683,10 +742,9 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
   // Forward weights are `b` (Note [conv weight cache]).
-  const bool forward = is_forward(pass);
-  const bool no_grad_forward = forward && !GradMode::is_enabled();
+  const bool inference_forward = forward && p.inference();
   const bool cached_weight =
-      no_grad_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
+      inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
   const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
     if (op == &e.b && fold != nullptr && !cached_weight) {
@@ -766,7 +824,7 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
   // Note [blocked activations]: the output stays blocked until someone reads its memory.
-  const bool defer = publish && direct && no_grad_forward && e.out.needs_reorder() &&
+  const bool defer = publish && direct && inference_forward && e.out.needs_reorder() &&
                      out.storage_offset() == 0 && out.nbytes() == out.storage()->nbytes();
   if (e.out.needs_reorder() && !defer) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
@@ -787,10 +845,22 @@ bool trivial(const Tensor& out, int64_t reduced) {
   return true;
 }
 
-// The forward pass for geometry g now (Note [conv inference kind], Note [conv winograd]).
-Pass forward_pass(const ConvGeometry& g) {
-  if (GradMode::is_enabled()) return Pass::kForward;
-  if (g.n == 1) return Pass::kInference;
+// The direct forward pass of policy p (Note [conv inference kind]).
+Pass direct_pass(const ConvGeometry& g, ConvPolicy p) {
+  return p.inference() && g.n == 1 ? Pass::kInference : Pass::kForward;
+}
+
+// The forward pass policy p asks for (Note [conv algorithm], Note [conv winograd]).
+Pass requested_pass(const ConvGeometry& g, ConvPolicy p) {
+  switch (p.algorithm) {
+    case ConvAlgorithm::kWinograd:
+      return Pass::kWinograd;
+    case ConvAlgorithm::kDirect:
+      return direct_pass(g, p);
+    case ConvAlgorithm::kAuto:
+      break;
+  }
+  if (!p.inference() || g.n == 1) return direct_pass(g, p);
   // With few input channels (an RGB stem) the transforms outweigh the saving: 3 -> 64 channels
   // at batch 64 took 5.5 ms with Winograd, 1.6 ms direct.
   const bool winograd_shape = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
@@ -798,18 +868,24 @@ Pass forward_pass(const ConvGeometry& g) {
   return winograd_shape ? Pass::kWinograd : Pass::kForward;
 }
 
-bool inference_pass(const ConvGeometry& g) {
-  return forward_pass(g) == Pass::kInference;
+// The forward pass that runs for policy p, with a bias or not, on operands in layouts l: the
+// requested one, except that a Winograd request oneDNN has no kernel for runs the direct pass of
+// the same purpose.
+Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l) {
+  const Pass pass = requested_pass(g, p);
+  if (pass == Pass::kWinograd && !conv_entry(pass, g, with_bias, l)->winograd)
+    return direct_pass(g, p);
+  return pass;
 }
 
 }  // namespace
 
-MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
-                                const ConvEpilogue* ep) {
-  // Channels-last outputs are limited to the no-grad single-image pass, whose brgemm kernels
+MemoryFormat conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                bool with_bias, const ConvEpilogue* ep) {
+  // Channels-last outputs are limited to the single-image inference pass, whose brgemm kernels
   // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
-  if (x.dim() != 4 || x.dtype() != DType::Float32 || !inference_pass(g) || g.n * g.o == 0 ||
-      g.oh * g.ow == 0 || g.c / g.groups == 0)
+  if (x.dim() != 4 || x.dtype() != DType::Float32 || direct_pass(g, p) != Pass::kInference ||
+      g.n * g.o == 0 || g.oh * g.ow == 0 || g.c / g.groups == 0)
     return MemoryFormat::kContiguous;
   ActivationLayouts l{x.is_channels_last(), /*dst_nhwc=*/true};
   if (ep != nullptr) {
@@ -817,6 +893,7 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
     l.sum = ep->residual.defined();
     l.relu = ep->relu;
   }
+  if (forward_pass(g, p, with_bias, l) != Pass::kInference) return MemoryFormat::kContiguous;
   return conv_entry(Pass::kInference, g, with_bias, l)->out.needs_reorder()
              ? MemoryFormat::kContiguous
              : MemoryFormat::kChannelsLast;
@@ -825,15 +902,15 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
 namespace {
 
 // conv_forward_kernel; `publish` as in onednn_conv.
-void conv_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                  const Tensor& y, bool publish) {
+void conv_forward(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Tensor& w,
+                  const Tensor& b, const Tensor& y, bool publish) {
   if (trivial(y, g.c / g.groups)) {
     if (b.defined() && y.numel() > 0)
       copy_into(y, make_view(b, {g.o, 1, 1}, {b.stride(0), 0, 0}, b.storage_offset()));
     return;
   }
   if (y.dtype() != DType::Float64) {
-    onednn_conv(forward_pass(g), g, x, w, b.defined() ? &b : nullptr, y, nullptr, publish);
+    onednn_conv(Pass::kForward, p, g, x, w, b.defined() ? &b : nullptr, y, nullptr, publish);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), wd = dense(w, DType::Float64);
@@ -844,28 +921,29 @@ void conv_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const
 
 }  // namespace
 
-std::string conv_forward_implementation(const ConvGeometry& g, const Tensor& x, bool with_bias) {
+std::string conv_forward_implementation(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                        bool with_bias) {
   if (x.dtype() == DType::Float64) return "kiln:reference";
-  return conv_entry(forward_pass(g), g, with_bias,
-                    {x.is_channels_last(),
-                     conv_output_format(g, x, with_bias) == MemoryFormat::kChannelsLast})
-      ->implementation;
+  const ActivationLayouts l{x.is_channels_last(),
+                            conv_output_format(g, p, x, with_bias) == MemoryFormat::kChannelsLast};
+  return conv_entry(forward_pass(g, p, with_bias, l), g, with_bias, l)->implementation;
 }
 
-void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         const Tensor& y) {
-  conv_forward(g, x, w, b, y, /*publish=*/true);
+void conv_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Tensor& w,
+                         const Tensor& b, const Tensor& y) {
+  conv_forward(g, p, x, w, b, y, /*publish=*/true);
 }
 
-ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep) {
+ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                              const ConvEpilogue& ep) {
   if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
   ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
-  const Pass pass = forward_pass(g);
+  const Pass pass = forward_pass(g, p, ep.scale.defined(), l);
   return conv_entry(pass, g, ep.scale.defined(), l)->reference ? ConvEpilogue{} : ep;
 }
 
-void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const ConvEpilogue& ep, const ConvEpilogue& done,
+void conv_epilogue_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                  const Tensor& w, const ConvEpilogue& ep, const ConvEpilogue& done,
                                   const Tensor& y) {
   if (y.numel() == 0) return;
   // y is final when the kernel applies all of ep (Note [blocked activations]).
@@ -873,9 +951,9 @@ void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const 
                         (!ep.residual.defined() || done.residual.defined()) &&
                         (!ep.relu || done.relu);
   if (done.scale.defined() || done.residual.defined() || done.relu)
-    onednn_conv(forward_pass(g), g, x, w, nullptr, y, &done, complete);
+    onednn_conv(Pass::kForward, p, g, x, w, nullptr, y, &done, complete);
   else
-    conv_forward(g, x, w, Tensor(), y, complete);
+    conv_forward(g, p, x, w, Tensor(), y, complete);
   NoGradGuard no_grad;
   Tensor t = y;
   if (ep.scale.defined() && !done.scale.defined()) t = channel_affine(t, ep.scale, ep.shift);
@@ -888,7 +966,7 @@ void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Te
                                const Tensor& gx) {
   if (trivial(gx, (g.o / g.groups) * g.oh * g.ow)) return;
   if (gx.dtype() != DType::Float64) {
-    onednn_conv(Pass::kBackwardData, g, gy, w, nullptr, gx);
+    onednn_conv(Pass::kBackwardData, {}, g, gy, w, nullptr, gx);
     return;
   }
   const Tensor gyd = dense(gy, DType::Float64), wd = dense(w, DType::Float64);
@@ -899,7 +977,7 @@ void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const 
                                   const Tensor& gw) {
   if (trivial(gw, g.n * g.oh * g.ow)) return;
   if (gw.dtype() != DType::Float64) {
-    onednn_conv(Pass::kBackwardWeights, g, x, gy, nullptr, gw);
+    onednn_conv(Pass::kBackwardWeights, {}, g, x, gy, nullptr, gw);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), gyd = dense(gy, DType::Float64);

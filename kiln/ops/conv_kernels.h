@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/ops/conv.h"
@@ -39,11 +40,34 @@ std::optional<ConvGeometry> conv_geometry(const Shape& x, const Shape& w, const 
 // Positive stride and dilation, groups > 0, non-negative padding, a known padding string.
 void check_conv_options(const char* op, const Conv2dOptions& o, const Loc& loc);
 
+// What a forward convolution was resolved for at call time (Note [conv algorithm]).
+enum class ConvPurpose { kTraining, kInference };
+
+// The explicit decision a forward convolution op holds in its attributes and its kernel reads:
+// the caller's algorithm policy and the call's purpose.
+struct ConvPolicy {
+  ConvAlgorithm algorithm = ConvAlgorithm::kAuto;
+  ConvPurpose purpose = ConvPurpose::kTraining;
+  bool inference() const { return purpose == ConvPurpose::kInference; }
+};
+
+// The policy of a call with these inputs, resolved now: training when a gradient is recorded for
+// it (grad mode on and an input requires grad), else inference. Only the public functions call
+// this; kernels never look at grad mode.
+ConvPolicy resolve_conv_policy(ConvAlgorithm algorithm, const std::vector<Tensor>& inputs);
+
+// "auto", "direct", "winograd"; "training", "inference".
+const char* conv_algorithm_name(ConvAlgorithm a);
+const char* conv_purpose_name(ConvPurpose p);
+
 // The op attributes: stride, padding ("same", "valid" or [top, bottom, left, right]), dilation,
-// groups.
+// groups, algorithm ("auto", "direct" or "winograd").
 nlohmann::json conv_attrs(const Conv2dOptions& o);
 // Reads them back (Note [op factory]).
 Conv2dOptions conv_options_from_attrs(const Attrs& a);
+// conv_attrs plus the forward ops' "purpose" ("training" or "inference"); the policy in them.
+nlohmann::json conv_forward_attrs(const Conv2dOptions& o, ConvPurpose purpose);
+ConvPolicy conv_policy_from_attrs(const Attrs& a);
 
 // "float32[8, 3, 28, 28]": conv errors print several operands, so the device is left out.
 std::string short_desc(const Tensor& t);
@@ -84,28 +108,31 @@ struct ConvEpilogue {
 // The part of ep that oneDNN runs inside the convolution's kernel: all of it for float32 (unless
 // only oneDNN's reference implementation would accept it), else nothing.
 // conv_epilogue_forward_kernel applies the rest after the convolution.
-ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep);
+ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                              const ConvEpilogue& ep);
 
 // The layout conv_forward_kernel (or, with ep, conv_epilogue_forward_kernel) wants y in for input
 // x (Note [channels-last]): channels-last when the primitive that will run writes NHWC, so that
 // no reorder follows it; else contiguous.
-MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
-                                const ConvEpilogue* ep = nullptr);
+MemoryFormat conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                bool with_bias, const ConvEpilogue* ep = nullptr);
 
-// The kernel a forward convolution of input x would run now (grad mode, batch size and shape
-// decide; Note [conv inference kind], Note [conv winograd]): oneDNN's implementation name, such as
-// "jit_wino_4x3:avx512_core", or "kiln:reference" for float64. For tests and diagnostics.
-std::string conv_forward_implementation(const ConvGeometry& g, const Tensor& x, bool with_bias);
+// The kernel a forward convolution of input x runs under policy p (with the batch size and shape;
+// Note [conv algorithm], Note [conv inference kind], Note [conv winograd]): oneDNN's
+// implementation name, such as "jit_wino_4x3:avx512_core", or "kiln:reference" for float64. For
+// tests and diagnostics.
+std::string conv_forward_implementation(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                        bool with_bias);
 
 // Kernels (outputs are contiguous or channels-last, of the inputs' dtype; inputs may have any
 // layout).
 // float32 runs oneDNN, float64 the reference loops, 16-bit floats oneDNN in float32.
-void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         const Tensor& y);
+void conv_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Tensor& w,
+                         const Tensor& b, const Tensor& y);
 // `done` is fusable_epilogue(g, x, ep), which the caller has already looked up for the output's
 // layout: oneDNN applies it inside the kernel, the rest of ep follows as the composition.
-void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const ConvEpilogue& ep, const ConvEpilogue& done,
+void conv_epilogue_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                  const Tensor& w, const ConvEpilogue& ep, const ConvEpilogue& done,
                                   const Tensor& y);
 void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Tensor& w,
                                const Tensor& gx);
