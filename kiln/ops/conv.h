@@ -56,7 +56,7 @@ class Padding {
 // ~~~~~~~~~~~~~~~~~~~~~
 // Which kernel a forward convolution runs is the caller's explicit policy, never a function of
 // grad mode read by the kernel (DESIGN.md: an op means the same thing in every mode):
-//   - kAuto (the default): Winograd (Note [conv winograd] in conv_kernels.cpp) for inference of a
+//   - kAuto (the default): Winograd (Note [conv winograd] in conv_primitives.h) for inference of a
 //     batch (more than one image) of float32 3x3, stride-1, dilation-1, ungrouped convolutions
 //     with at least 16 input channels; the direct kernels everywhere else.
 //   - kDirect: never Winograd (oneDNN's direct/brgemm kernels, or the float64 reference loops).
