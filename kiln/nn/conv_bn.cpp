@@ -9,6 +9,8 @@
 #include "kiln/core/storage.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_bn_fold.h"
+#include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 
@@ -36,22 +38,28 @@ struct Stamp {
   }
 };
 
-// batch_norm's evaluation formula (ops/norm.cpp) on [C] vectors, with the conv bias folded in.
+// batch_norm's evaluation formula on [C] vectors, with the conv bias folded in (Note [conv-bn
+// fold] in ops/conv_bn_fold.h); the running statistics in the input's dtype.
 std::pair<Tensor, Tensor> fold(const Conv2d& conv, const BatchNorm& bn, DType dt) {
-  Tensor scale = rsqrt(add(to_dtype(bn.running_var, dt), bn.options.eps));
-  if (bn.weight.defined()) scale = mul(bn.weight, scale);
-  Tensor shift = neg(mul(to_dtype(bn.running_mean, dt), scale));
-  if (bn.bias.defined()) shift = add(bn.bias, shift);
-  if (conv.bias.defined()) shift = add(mul(conv.bias, scale), shift);
-  return {scale, shift};
+  return conv_bn_fold(to_dtype(bn.running_mean, dt), to_dtype(bn.running_var, dt), bn.weight,
+                      bn.bias, conv.bias, bn.options.eps);
 }
 
 // Note [conv-bn fold cache]: the folded scale and shift depend only on the batch norm's
 // parameters and running statistics and the conv's bias, which do not change between inference
-// calls; computing them is 6-8 small ops per layer, ~4% of a ResNet-18 batch-1 forward. So they
-// are kept per batch-norm module, with a stamp (storage, offset, version) of each tensor they
-// came from: an in-place update (load_state_dict, an optimizer step) or a replaced tensor
-// recomputes them.
+// calls; computing them was 6-8 small ops per layer, ~4% of a ResNet-18 batch-1 forward, and is
+// still one op per layer (plus the statistics' dtype conversions, where they differ) that the
+// cache saves. So they are kept per batch-norm module, with a stamp (storage,
+// offset, version) of each tensor they came from: an in-place update (load_state_dict, an
+// optimizer step) or a replaced tensor recomputes them. A cached value must never change what
+// the op stream shows, so the cache is used only when
+//   - no dispatch mode is pushed on this thread (dispatch_mode_stack() is empty): a tracer, a
+//     recorder or any other mode must see the conv_bn_fold op on every call, or it would freeze
+//     the folded values as constants, which an optimizer step or load_state_dict then changes;
+//   - no gradient is recorded for the fold (grad mode off, or no input requiring grad): a
+//     recorded fold must be a node of this call's graph, so that the batch norm's parameters get
+//     their gradients; a cached one would belong to an earlier, already freed graph.
+// Eager calls that fit both (inference, evaluation) hit it; the rest dispatch the op.
 class FoldCache {
  public:
   std::pair<Tensor, Tensor> get(const Conv2d& conv, const BatchNorm& bn, DType dt) {
@@ -98,20 +106,31 @@ FoldCache& fold_cache() {
   return *cache;
 }
 
+// Whether the fold may come from the cache (Note [conv-bn fold cache]).
+bool may_cache(const Conv2d& conv, const BatchNorm& bn) {
+  if (!dispatch_mode_stack().empty()) return false;
+  if (!GradMode::is_enabled()) return true;
+  for (const Tensor* t : {&bn.weight, &bn.bias, &bn.running_mean, &bn.running_var, &conv.bias})
+    if (t->defined() && t->requires_grad()) return false;
+  return true;
+}
+
 }  // namespace
 
 Tensor conv_bn(Conv2d& conv, BatchNorm& bn, const Tensor& input, const Tensor& residual,
                bool relu_after) {
-  const bool fuse = !conv.is_training() && !bn.is_training() && !GradMode::is_enabled() &&
-                    bn.options.track_running_stats && bn.running_mean.defined() &&
-                    bn.running_var.defined() && !conv.has_forward_hooks() &&
-                    !bn.has_forward_hooks() && input.dim() == 4 && !input.is_meta();
+  // Explicit state only, never grad mode (Note [conv-bn inference]).
+  const bool fuse = !conv.is_training() && !bn.is_training() && bn.options.track_running_stats &&
+                    bn.running_mean.defined() && bn.running_var.defined() &&
+                    !conv.has_forward_hooks() && !bn.has_forward_hooks() && input.dim() == 4 &&
+                    !input.is_meta();
   if (!fuse) {
     Tensor y = bn(conv(input));
     if (residual.defined()) y = add(y, residual);
     return relu_after ? relu(y) : y;
   }
-  auto [scale, shift] = fold_cache().get(conv, bn, input.dtype());
+  auto [scale, shift] = may_cache(conv, bn) ? fold_cache().get(conv, bn, input.dtype())
+                                            : fold(conv, bn, input.dtype());
   return conv2d_affine(input, conv.weight, scale, shift, residual, relu_after, conv.options);
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv_kernels.h"
 #include "kiln/ops/dispatcher.h"
@@ -37,6 +38,15 @@ std::string Padding::str() const {
 }
 
 namespace detail {
+
+// The one place (with conv2d_affine's choice of ops) where the convolution family reads grad
+// mode: at call time, to write the decision into the op (Note [conv algorithm]).
+ConvPolicy resolve_conv_policy(ConvAlgorithm algorithm, const std::vector<Tensor>& inputs) {
+  bool recorded = false;
+  if (GradMode::is_enabled())
+    for (const Tensor& t : inputs) recorded = recorded || (t.defined() && t.requires_grad());
+  return {algorithm, recorded ? ConvPurpose::kTraining : ConvPurpose::kInference};
+}
 
 ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tensor& w,
                                      const Tensor& b, const Conv2dOptions& o, const Loc& loc) {
@@ -84,11 +94,13 @@ Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w)
   return batched ? Shape{n, c, h, w} : Shape{c, h, w};
 }
 
+// The policy's algorithm is options_.algorithm; purpose_ is what conv2d() resolved.
 class Conv2dOp final : public Op {
  public:
-  explicit Conv2dOp(Conv2dOptions options) : options_(std::move(options)) {}
+  Conv2dOp(Conv2dOptions options, detail::ConvPurpose purpose)
+      : options_(std::move(options)), purpose_(purpose) {}
   const char* name() const override { return "conv2d"; }
-  nlohmann::json attrs() const override { return detail::conv_attrs(options_); }
+  nlohmann::json attrs() const override { return detail::conv_forward_attrs(options_, purpose_); }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
@@ -96,12 +108,13 @@ class Conv2dOp final : public Op {
         name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
     // The output's layout follows the primitive (Note [channels-last]).
     return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device(),
-             detail::conv_output_format(g, x, in.size() > 2)}};
+             detail::conv_output_format(g, policy(), x, in.size() > 2)}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    detail::conv_forward_kernel(g, in[0], in[1], in.size() > 2 ? in[2] : Tensor(), out[0]);
+    detail::conv_forward_kernel(g, policy(), in[0], in[1], in.size() > 2 ? in[2] : Tensor(),
+                                out[0]);
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -130,12 +143,17 @@ class Conv2dOp final : public Op {
   }
 
  private:
+  detail::ConvPolicy policy() const { return {options_.algorithm, purpose_}; }
+
   Conv2dOptions options_;
+  detail::ConvPurpose purpose_;
 };
 
 KILN_REGISTER_OP("conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
                  [](const Attrs& a) -> OpPtr {
-                   return std::make_shared<const Conv2dOp>(detail::conv_options_from_attrs(a));
+                   return std::make_shared<const Conv2dOp>(
+                       detail::conv_options_from_attrs(a),
+                       detail::conv_policy_from_attrs(a).purpose);
                  });
 
 }  // namespace
@@ -144,7 +162,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options, const Loc& loc) {
   std::vector<Tensor> in{input, weight};
   if (bias.defined()) in.push_back(bias);
-  return dispatch1(std::make_shared<const Conv2dOp>(options), in, loc);
+  const detail::ConvPurpose purpose = detail::resolve_conv_policy(options.algorithm, in).purpose;
+  return dispatch1(std::make_shared<const Conv2dOp>(options, purpose), in, loc);
 }
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,

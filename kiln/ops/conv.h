@@ -52,19 +52,47 @@ class Padding {
   std::string mode;                                  // the text given for a string mode
 };
 
+// Note [conv algorithm]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Which kernel a forward convolution runs is the caller's explicit policy, never a function of
+// grad mode read by the kernel (DESIGN.md: an op means the same thing in every mode):
+//   - kAuto (the default): Winograd (Note [conv winograd] in conv_primitives.h) for inference of a
+//     batch (more than one image) of float32 3x3, stride-1, dilation-1, ungrouped convolutions
+//     with at least 16 input channels; the direct kernels everywhere else.
+//   - kDirect: never Winograd (oneDNN's direct/brgemm kernels, or the float64 reference loops).
+//   - kWinograd: Winograd for every float32 convolution that oneDNN has a Winograd kernel for,
+//     whatever the batch, channel count or purpose. Where it has none (other kernel sizes,
+//     strides, dilations, groups, some fused epilogues; float64, which runs the reference loops)
+//     the direct kernel of kDirect runs instead: like torch.backends' algorithm flags, this is a
+//     preference, not a requirement, so one setting can cover a whole model.
+// Winograd rounds differently from the direct kernels (within 1e-5 of the largest output).
+//
+// The public functions (conv2d, conv2d_affine) also resolve, at call time, what the call is for,
+// and store it with the algorithm in the op's attributes: "purpose" is "training" when a gradient
+// is recorded for this call (grad mode on and an input requires grad), else "inference".
+// Inference lets kAuto choose Winograd, caches the weights' blocked copy (Note [conv weight
+// cache]), may leave the output in oneDNN's blocked layout (Note [blocked activations]) and asks
+// oneDNN for its inference kernels at batch 1 (Note [conv inference kind]); training does none of
+// these, so gradients keep the direct kernels' numerics and no cache holds weights that change
+// every step. The op's kernel reads only these attributes, so a recorded op (name + attrs) gives
+// bit-identical results when replayed in any grad mode.
+enum class ConvAlgorithm { kAuto, kDirect, kWinograd };
+
 struct Conv2dOptions {
   Size2 stride = 1;
   Padding padding = 0;
   Size2 dilation = 1;
   int64_t groups = 1;
+  ConvAlgorithm algorithm = ConvAlgorithm::kAuto;  // Note [conv algorithm]
 };
 
 // input [N, C, H, W] (or unbatched [C, H, W]), weight [O, C / groups, kH, kW], bias [O] or an
 // undefined Tensor for none. Output [N, O, Ho, Wo] with Ho = (H + pad_top + pad_bottom -
 // dilation * (kH - 1) - 1) / stride + 1 (floor). All operands share one floating dtype; float32
 // runs on oneDNN, float64 on a reference loop (fixed summation order), 16-bit floats compute in
-// float32. Without grad, a batch of 3x3 stride-1 float32 convolutions runs oneDNN's Winograd kernel
-// (Note [conv winograd] in conv_kernels.cpp: within 1e-5 of the largest output, as tested).
+// float32. options.algorithm picks the kernel (Note [conv algorithm]): by default, a batch of 3x3
+// stride-1 float32 convolutions with no gradient recorded runs oneDNN's Winograd kernel (within
+// 1e-5 of the largest output, as tested).
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {}, const Loc& loc = Loc::current());
 
@@ -74,8 +102,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 // eps), shift = bias - running_mean * scale), the residual add and relu of a ResNet block. input
 // must be rank 4. Without gradients it runs as one fused kernel (on float32: the scale folded into
 // the weights, the shift as bias, oneDNN post-ops for the rest; the rounding differs from the
-// composition's, results agree within 1e-5 relative, as tested); when an input requires grad, the
-// composition of conv2d, channel_affine, add and relu runs instead, so gradients are exact.
+// composition's, results agree within 1e-5 relative, as tested); when a gradient is recorded
+// (grad mode on and an input requires grad), the composition of conv2d, channel_affine, add and
+// relu runs instead, so gradients are exact (Note [conv2d_affine emits] in conv_affine.cpp).
 Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& scale,
                      const Tensor& shift, const Tensor& residual = Tensor(), bool relu = false,
                      const Conv2dOptions& options = {}, const Loc& loc = Loc::current());

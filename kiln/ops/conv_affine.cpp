@@ -1,6 +1,5 @@
 // conv2d_affine: a convolution with its inference epilogue fused (Note [conv epilogue]), the
 // shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks.
-#include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/conv_kernels.h"
@@ -17,13 +16,16 @@ namespace {
 using detail::ConvGeometry;
 using detail::short_desc;
 
-// Inputs: x, weight, scale, shift[, residual].
+// Inputs: x, weight, scale, shift[, residual]. Like conv2d, the op holds its explicit policy
+// (Note [conv algorithm]); conv2d_affine() emits it for inference only, but a rebuilt op with
+// purpose "training" computes the same thing with the training kernels.
 class Conv2dAffineOp final : public Op {
  public:
-  Conv2dAffineOp(Conv2dOptions options, bool relu) : options_(std::move(options)), relu_(relu) {}
+  Conv2dAffineOp(Conv2dOptions options, detail::ConvPurpose purpose, bool relu)
+      : options_(std::move(options)), purpose_(purpose), relu_(relu) {}
   const char* name() const override { return "conv2d_affine"; }
   nlohmann::json attrs() const override {
-    nlohmann::json a = detail::conv_attrs(options_);
+    nlohmann::json a = detail::conv_forward_attrs(options_, purpose_);
     a["relu"] = relu_;
     return a;
   }
@@ -44,15 +46,16 @@ class Conv2dAffineOp final : public Op {
       fail(name(), loc, "expected residual of shape {} and dtype {} (the output's), but got {}",
            shape_str(out), dtype_name(x.dtype()), in[4].describe());
     // The output's layout follows the primitive (Note [channels-last]).
-    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, x, epilogue(in));
-    return {{out, x.dtype(), x.device(), detail::conv_output_format(g, x, false, &fused)}};
+    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, policy(), x, epilogue(in));
+    return {
+        {out, x.dtype(), x.device(), detail::conv_output_format(g, policy(), x, false, &fused)}};
   }
 
   void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
     const detail::ConvEpilogue ep = epilogue(in);
-    detail::conv_epilogue_forward_kernel(g, in[0], in[1], ep,
-                                         detail::fusable_epilogue(g, in[0], ep), out[0]);
+    detail::conv_epilogue_forward_kernel(g, policy(), in[0], in[1], ep,
+                                         detail::fusable_epilogue(g, policy(), in[0], ep), out[0]);
   }
 
   detail::ConvEpilogue epilogue(const std::vector<Tensor>& in) const {
@@ -67,7 +70,10 @@ class Conv2dAffineOp final : public Op {
   bool differentiable() const override { return false; }
 
  private:
+  detail::ConvPolicy policy() const { return {options_.algorithm, purpose_}; }
+
   Conv2dOptions options_;
+  detail::ConvPurpose purpose_;
   bool relu_;
 };
 
@@ -82,8 +88,9 @@ Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& scale, cons
 KILN_REGISTER_OP("conv2d_affine",
                  (OpSchema{{"input", "weight", "scale", "shift", "residual?"}, {"output"}}),
                  [](const Attrs& a) -> OpPtr {
-                   return std::make_shared<const Conv2dAffineOp>(detail::conv_options_from_attrs(a),
-                                                                 a.b("relu"));
+                   return std::make_shared<const Conv2dAffineOp>(
+                       detail::conv_options_from_attrs(a),
+                       detail::conv_policy_from_attrs(a).purpose, a.b("relu"));
                  });
 
 }  // namespace
@@ -93,21 +100,24 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
                      const Conv2dOptions& options, const Loc& loc) {
   std::vector<Tensor> in{input, weight, scale, shift};
   if (residual.defined()) in.push_back(residual);
-  Conv2dAffineOp(options, relu_after).infer(in, loc);  // the fused op's checks and errors
-  bool recording = false;
-  if (GradMode::is_enabled())
-    for (const Tensor& t : in) recording = recording || (t.defined() && t.requires_grad());
-  // The fused op only where oneDNN fuses the epilogue into the kernel; elsewhere (a gradient
-  // being recorded, dtypes other than float32, meta) the composition is as fast and exact.
+  const detail::ConvPolicy policy = detail::resolve_conv_policy(options.algorithm, in);
+  // the fused op's checks and errors
+  Conv2dAffineOp(options, policy.purpose, relu_after).infer(in, loc);
+  // Note [conv2d_affine emits]: the fused op only where oneDNN fuses the epilogue into the
+  // kernel; elsewhere (a gradient being recorded, dtypes other than float32, meta) the
+  // composition is as fast and exact. The grad-mode test here (in resolve_conv_policy) chooses
+  // which ops are emitted, each with a fixed meaning (the fused op is not differentiable, the
+  // composition is), never what an emitted op computes, so a recorded op stream replays the same
+  // in every mode.
   bool fuses = false;
-  if (!recording && !input.is_meta()) {
+  if (policy.inference() && !input.is_meta()) {
     const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);
     const detail::ConvEpilogue e =
-        detail::fusable_epilogue(g, input, {scale, shift, residual, relu_after});
+        detail::fusable_epilogue(g, policy, input, {scale, shift, residual, relu_after});
     fuses = e.scale.defined() || e.residual.defined() || e.relu;
   }
   if (!fuses) return composed(input, weight, scale, shift, residual, relu_after, options, loc);
-  return call_op<Conv2dAffineOp>(in, loc, options, relu_after);
+  return call_op<Conv2dAffineOp>(in, loc, options, policy.purpose, relu_after);
 }
 
 namespace {

@@ -1,20 +1,22 @@
-// The convolution kernels: oneDNN for float32 (and 16-bit floats, computed in float32), reference
-// loops for float64, plus the geometry and option checks the conv ops share.
+// The convolution kernels, the entry points the conv ops call: float32 (and 16-bit floats,
+// computed in float32) through one oneDNN runner that takes each operand from the right place
+// (the caches, a pending blocked form, or a reorder) and runs the pass; float64 through the
+// reference loops. Geometry and checks are in conv_geometry.cpp, attributes in conv_attrs.cpp,
+// primitives in conv_primitives.cpp, caches in conv_weight_cache.cpp, deferral in
+// conv_blocked_activation.cpp, the loops in conv_reference.cpp.
 #include "kiln/ops/conv_kernels.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "kiln/core/grad_mode.h"
-#include "kiln/core/parallel.h"
 #include "kiln/ops/binary.h"
+#include "kiln/ops/conv_blocked_activation.h"
+#include "kiln/ops/conv_primitives.h"
+#include "kiln/ops/conv_reference.h"
+#include "kiln/ops/conv_weight_cache.h"
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
@@ -24,139 +26,6 @@
 namespace kiln {
 namespace detail {
 
-// The fields' bytes: a key is built per convolution call, and formatting 18 numbers as text took
-// a fifth of a small convolution's time.
-std::string ConvGeometry::key() const {
-  static_assert(std::has_unique_object_representations_v<ConvGeometry>);
-  return {reinterpret_cast<const char*>(this), sizeof(ConvGeometry)};
-}
-
-std::pair<int64_t, int64_t> resolve_padding(const Padding& p, bool height, int64_t in, int64_t k,
-                                            int64_t stride, int64_t dilation) {
-  switch (p.kind) {
-    case Padding::Kind::kExplicit:
-      return height ? std::pair{p.top, p.bottom} : std::pair{p.left, p.right};
-    case Padding::Kind::kSame: {
-      const int64_t out = (in + stride - 1) / stride;
-      const int64_t total = std::max<int64_t>((out - 1) * stride + (k - 1) * dilation + 1 - in, 0);
-      return {total / 2, total - total / 2};
-    }
-    case Padding::Kind::kValid:
-    case Padding::Kind::kInvalid:
-      break;
-  }
-  return {0, 0};
-}
-
-std::optional<ConvGeometry> conv_geometry(const Shape& x, const Shape& w, const Conv2dOptions& o) {
-  ConvGeometry g;
-  const size_t r = x.size();
-  g.n = r == 4 ? x[0] : 1;
-  g.c = x[r - 3];
-  g.h = x[r - 2];
-  g.w = x[r - 1];
-  g.o = w[0];
-  g.kh = w[2];
-  g.kw = w[3];
-  g.sh = o.stride.h;
-  g.sw = o.stride.w;
-  g.dh = o.dilation.h;
-  g.dw = o.dilation.w;
-  g.groups = o.groups;
-  std::tie(g.pt, g.pb) = resolve_padding(o.padding, true, g.h, g.kh, g.sh, g.dh);
-  std::tie(g.pl, g.pr) = resolve_padding(o.padding, false, g.w, g.kw, g.sw, g.dw);
-  const int64_t span_h = g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1;
-  const int64_t span_w = g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1;
-  if (span_h < 0 || span_w < 0) return std::nullopt;
-  g.oh = span_h / g.sh + 1;
-  g.ow = span_w / g.sw + 1;
-  return g;
-}
-
-void check_conv_options(const char* op, const Conv2dOptions& o, const Loc& loc) {
-  if (o.stride.h <= 0 || o.stride.w <= 0)
-    fail(op, loc, "expected a positive stride, but got [{}, {}]", o.stride.h, o.stride.w);
-  if (o.dilation.h <= 0 || o.dilation.w <= 0)
-    fail(op, loc, "expected a positive dilation, but got [{}, {}]", o.dilation.h, o.dilation.w);
-  if (o.groups <= 0) fail(op, loc, "expected a positive number of groups, but got {}", o.groups);
-  const Padding& p = o.padding;
-  if (p.kind == Padding::Kind::kInvalid)
-    fail(op, loc,
-         "expected padding to be an int, an (h, w) pair, \"same\" or \"valid\", but got \"{}\"",
-         p.mode);
-  if (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)
-    fail(op, loc, "expected non-negative padding, but got {}", p.str());
-}
-
-nlohmann::json conv_attrs(const Conv2dOptions& o) {
-  nlohmann::json padding;
-  if (o.padding.kind == Padding::Kind::kExplicit)
-    padding = {o.padding.top, o.padding.bottom, o.padding.left, o.padding.right};
-  else
-    padding = o.padding.str();
-  return {{"stride", {o.stride.h, o.stride.w}},
-          {"padding", padding},
-          {"dilation", {o.dilation.h, o.dilation.w}},
-          {"groups", o.groups}};
-}
-
-Conv2dOptions conv_options_from_attrs(const Attrs& a) {
-  auto pair = [&](const char* key) {
-    std::vector<int64_t> v = a.ints(key);
-    if (v.size() != 2) a.fail(key, "must hold 2 integers (h, w)");
-    return Size2(v[0], v[1]);
-  };
-  Conv2dOptions o;
-  o.stride = pair("stride");
-  o.dilation = pair("dilation");
-  o.groups = a.i("groups");
-  if (a.at("padding").is_string()) {
-    o.padding = Padding(a.s("padding"));
-  } else {
-    std::vector<int64_t> p = a.ints("padding");
-    if (p.size() != 4)
-      a.fail("padding", "must be a string or 4 integers [top, bottom, left, right]");
-    o.padding = Padding::asymmetric(p[0], p[1], p[2], p[3]);
-  }
-  return o;
-}
-
-std::string short_desc(const Tensor& t) {
-  return dtype_name(t.dtype()) + shape_str(t.shape());
-}
-
-void check_activation(const char* op, const char* what, const Tensor& t, const Tensor& like,
-                      const Loc& loc) {
-  if (t.dim() != 3 && t.dim() != 4)
-    fail(op, loc, "expected {} of rank 3 (C,H,W) or 4 (N,C,H,W), but got {}", what, t.describe());
-  if (!is_floating(t.dtype()))
-    fail(op, loc, "expected a floating-point {}, but got {}", what, t.describe());
-  if (like.defined() && like.dtype() != t.dtype())
-    fail(op, loc, "expected {} of the same dtype as {}, but got {}", what, short_desc(like),
-         t.describe());
-}
-
-void check_weight(const char* op, const Tensor& w, const char* layout, const Tensor& like,
-                  const Loc& loc) {
-  if (w.dim() != 4) fail(op, loc, "expected weight of rank 4 {}, but got {}", layout, w.describe());
-  if (w.dtype() != like.dtype())
-    fail(op, loc, "expected weight of the same dtype as the input {}, but got {}", short_desc(like),
-         w.describe());
-  if (w.size(2) == 0 || w.size(3) == 0)
-    fail(op, loc, "expected a non-empty kernel, but got weight {}", w.describe());
-}
-
-void fail_kernel_fit(const char* op, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                     const Conv2dOptions& o, const std::string& operands, const Loc& loc) {
-  const auto [pt, pb] = resolve_padding(o.padding, true, h, kh, o.stride.h, o.dilation.h);
-  const auto [pl, pr] = resolve_padding(o.padding, false, w, kw, o.stride.w, o.dilation.w);
-  fail(op, loc,
-       "expected the kernel ({}x{}, dilation {}x{}, spanning {}x{}) to fit in the padded input "
-       "({}x{} with padding {}), but got {}",
-       kh, kw, o.dilation.h, o.dilation.w, o.dilation.h * (kh - 1) + 1, o.dilation.w * (kw - 1) + 1,
-       h + pt + pb, w + pl + pr, Padding::asymmetric(pt, pb, pl, pr).str(), operands);
-}
-
 namespace {
 
 // A contiguous copy of t (t itself when already contiguous), converted to dtype.
@@ -165,470 +34,6 @@ Tensor dense(const Tensor& t, DType dtype) {
   Tensor out = empty(t.shape(), {dtype});
   copy_into(out, t);
   return out;
-}
-
-// Rows of work below this many multiply-adds stay on one thread.
-int64_t grain_for(int64_t work_per_row) {
-  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
-}
-
-// --- reference loops (float64) -------------------------------------------------------------------
-
-// Note [conv reference loops]: every output element is one sum in a fixed order (channels, then
-// kernel rows, then kernel columns; for the weight gradient: batch, then output rows, then
-// columns), and threads split whole output planes, so the result is the same for every thread
-// count. The data gradient gathers (each input element sums its contributions) instead of
-// scattering, so no two threads write one element.
-void ref_forward(const ConvGeometry& g, const double* x, const double* w, const double* b,
-                 double* y) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t grain = grain_for(g.oh * g.ow * cg * g.kh * g.kw);
-  parallel_for(0, g.n * g.o, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / g.o, o = r % g.o;
-      const double* xn = x + (n * g.c + (o / og) * cg) * g.h * g.w;
-      const double* wo = w + o * cg * g.kh * g.kw;
-      double* yo = y + r * g.oh * g.ow;
-      for (int64_t i = 0; i < g.oh; ++i) {
-        for (int64_t j = 0; j < g.ow; ++j) {
-          double acc = b ? b[o] : 0.0;
-          for (int64_t c = 0; c < cg; ++c) {
-            for (int64_t ki = 0; ki < g.kh; ++ki) {
-              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              const double* xr = xn + (c * g.h + ih) * g.w;
-              const double* wr = wo + (c * g.kh + ki) * g.kw;
-              for (int64_t kj = 0; kj < g.kw; ++kj) {
-                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
-                if (iw >= 0 && iw < g.w) acc += xr[iw] * wr[kj];
-              }
-            }
-          }
-          yo[i * g.ow + j] = acc;
-        }
-      }
-    }
-  });
-}
-
-void ref_backward_data(const ConvGeometry& g, const double* gy, const double* w, double* gx) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t grain = grain_for(g.h * g.w * og * g.kh * g.kw);
-  parallel_for(0, g.n * g.c, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / g.c, c = r % g.c, grp = c / cg, cl = c % cg;
-      const double* gyn = gy + (n * g.o + grp * og) * g.oh * g.ow;
-      double* gxc = gx + r * g.h * g.w;
-      for (int64_t ih = 0; ih < g.h; ++ih) {
-        for (int64_t iw = 0; iw < g.w; ++iw) {
-          double acc = 0.0;
-          for (int64_t oo = 0; oo < og; ++oo) {
-            const double* go = gyn + oo * g.oh * g.ow;
-            const double* wo = w + ((grp * og + oo) * cg + cl) * g.kh * g.kw;
-            for (int64_t ki = 0; ki < g.kh; ++ki) {
-              const int64_t ti = ih + g.pt - ki * g.dh;
-              if (ti < 0 || ti % g.sh != 0 || ti / g.sh >= g.oh) continue;
-              const double* gr = go + (ti / g.sh) * g.ow;
-              for (int64_t kj = 0; kj < g.kw; ++kj) {
-                const int64_t tj = iw + g.pl - kj * g.dw;
-                if (tj < 0 || tj % g.sw != 0 || tj / g.sw >= g.ow) continue;
-                acc += gr[tj / g.sw] * wo[ki * g.kw + kj];
-              }
-            }
-          }
-          gxc[ih * g.w + iw] = acc;
-        }
-      }
-    }
-  });
-}
-
-void ref_backward_weights(const ConvGeometry& g, const double* x, const double* gy, double* gw) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t grain = grain_for(g.n * g.oh * g.ow * g.kh * g.kw);
-  parallel_for(0, g.o * cg, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t o = r / cg, c = (o / og) * cg + r % cg;
-      for (int64_t ki = 0; ki < g.kh; ++ki) {
-        for (int64_t kj = 0; kj < g.kw; ++kj) {
-          double acc = 0.0;
-          for (int64_t n = 0; n < g.n; ++n) {
-            const double* xc = x + (n * g.c + c) * g.h * g.w;
-            const double* go = gy + (n * g.o + o) * g.oh * g.ow;
-            for (int64_t i = 0; i < g.oh; ++i) {
-              const int64_t ih = i * g.sh - g.pt + ki * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              for (int64_t j = 0; j < g.ow; ++j) {
-                const int64_t iw = j * g.sw - g.pl + kj * g.dw;
-                if (iw >= 0 && iw < g.w) acc += go[i * g.ow + j] * xc[ih * g.w + iw];
-              }
-            }
-          }
-          gw[(r * g.kh + ki) * g.kw + kj] = acc;
-        }
-      }
-    }
-  });
-}
-
-// --- oneDNN (float32) ----------------------------------------------------------------------------
-
-// Note [conv layouts]: kiln's tensors hold plain layouts (nchw activations, oihw / goihw
-// weights). Primitives created for plain layouts run oneDNN's im2col + GEMM fallback, 1.5-3x
-// slower than its direct kernels, which want blocked layouts (nChw16c, OIhw16i16o, ...). So each
-// primitive is created with format_tag::any, oneDNN picks its layouts, and every operand whose
-// chosen layout differs from kiln's is reordered in (inputs) or out (the output) around the call,
-// as PyTorch's mkldnn path does. Primitives and reorders are cached by geometry. Where the
-// chosen layout is NHWC (single-image inference), kiln holds the activations channels-last
-// instead, so neither the input nor the output is reordered (Note [channels-last]); blocked
-// layouts (nChw8c, chosen for larger batches) are not expressible as strides and are still
-// reordered per call.
-//
-// Note [conv determinism]: the forward and data-gradient primitives compute each output element
-// as one dot product. oneDNN's weight gradient may split the batch between threads and add the
-// partial sums, so its last bits can depend on the thread count (float32 only; the float64 loops
-// never do).
-// Note [conv inference kind]: oneDNN 2.6 answers prop_kind forward_inference with its brgemm
-// kernels and forward_training with its direct jit kernels (same math, different blocking).
-// Measured on ResNet-18 without grad, 2 threads (kiln_profile --workload resnet18-infer): batch 1
-// 6.2 ms with brgemm vs 7.2 ms direct, but batch 2 12.8 vs 10.0, batch 4 23.7 vs 18.4 and batch
-// 64 360 vs 275 ms. So kInference, the forward_inference primitive, is used for no-grad forwards
-// of a single image only; it is chosen by shape alone, so results never depend on timing.
-//
-// Note [conv winograd]: for a no-grad forward of a batch (more than one image) with a 3x3 kernel,
-// stride 1, dilation 1 and no groups, kiln asks oneDNN for its Winograd F(4x4, 3x3) kernel
-// (jit_wino_4x3), which does the work of the direct kernel in about half the multiplications:
-// measured on this machine at batch 64, 64->64 channels at 32x32 11.7 ms vs 21.8 ms (brgemm) and
-// 16-17 ms (direct, in the network), 512->512 at 4x4 10.9 vs 30.3 ms. Its rounding differs from
-// the direct kernel's: against a float64 reference, the largest error relative to the largest
-// output was 1.2e-6 to 2.4e-6 (direct: 0.7e-6 to 1.6e-6) over 64..512 channels, and
-// tests/ops/test_conv_winograd.cpp holds it under 1e-5. Where oneDNN has no Winograd kernel for
-// the shape (channel counts, post-ops), the direct kernel runs. Training (gradient recording) and
-// single images never use it: the gradients keep the direct kernels' numerics, and at batch 1 the
-// transformed weights (4x the size) would stream from memory on every call.
-enum class Pass { kForward, kInference, kWinograd, kBackwardData, kBackwardWeights };
-
-bool is_forward(Pass p) {
-  return p == Pass::kForward || p == Pass::kInference || p == Pass::kWinograd;
-}
-
-struct ConvDescs {
-  dnnl::memory::desc src, wei, bias, dst;
-  dnnl::memory::dims strides, dilates, pad_l, pad_r;
-};
-
-// What shapes a primitive beyond the geometry: which activations (the input-shaped one and the
-// output-shaped one, whatever the pass) kiln holds channels-last (Note [channels-last]) rather
-// than contiguous, and the forward's fused epilogue (Note [conv epilogue]).
-struct ActivationLayouts {
-  bool src_nhwc = false, dst_nhwc = false;
-  bool sum = false, relu = false;
-  char key() const {
-    return static_cast<char>('0' + (src_nhwc ? 1 : 0) + (dst_nhwc ? 2 : 0) + (sum ? 4 : 0) +
-                             (relu ? 8 : 0));
-  }
-};
-
-ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l = {}) {
-  using tag = dnnl::memory::format_tag;
-  const auto f32 = dnnl::memory::data_type::f32;
-  const auto plain = [&](bool nhwc) { return any ? tag::any : nhwc ? tag::nhwc : tag::nchw; };
-  ConvDescs d;
-  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, plain(l.src_nhwc));
-  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, plain(l.dst_nhwc));
-  d.wei = g.groups == 1
-              ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, any ? tag::any : tag::oihw)
-              : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
-                                   any ? tag::any : tag::goihw);
-  if (with_bias) d.bias = dnnl::memory::desc({g.o}, f32, tag::x);
-  d.strides = {g.sh, g.sw};
-  d.dilates = {g.dh - 1, g.dw - 1};  // oneDNN counts the gaps: 0 is a dense kernel
-  d.pad_l = {g.pt, g.pl};
-  d.pad_r = {g.pb, g.pr};
-  return d;
-}
-
-// One operand of a pass: kiln's plain layout, the primitive's, and the reorder between them
-// (empty when they agree).
-struct Operand {
-  int arg = 0;
-  dnnl::memory::desc plain, chosen;
-  dnnl::reorder reorder;
-  bool needs_reorder() const { return plain != chosen; }
-};
-
-struct ConvEntry {
-  dnnl::primitive primitive;
-  Operand a, b, out;  // the pass's two inputs (in the kernels' order) and its output
-  dnnl::memory::desc bias, scratch;
-  // oneDNN's reference implementation was the only one to accept the request (some post-op
-  // combinations), orders of magnitude slower than its jit kernels.
-  bool reference = false;
-  std::string implementation;  // oneDNN's name for the kernel (impl_info_str)
-};
-
-// Entries are shared, not copied: a ConvEntry holds eight memory descriptors of ~1 KB each.
-LruCache<std::shared_ptr<const ConvEntry>>& conv_cache() {
-  static auto* cache = new LruCache<std::shared_ptr<const ConvEntry>>(256);
-  return *cache;
-}
-
-Operand operand(int arg, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen,
-                bool is_output) {
-  Operand o{arg, plain, chosen, {}};
-  if (o.needs_reorder()) {
-    dnnl::engine& eng = dnnl_engine();
-    o.reorder = is_output ? dnnl::reorder(dnnl::reorder::primitive_desc(eng, chosen, eng, plain))
-                          : dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, chosen));
-  }
-  return o;
-}
-
-ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts) {
-  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts);
-  const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
-  const auto alg = dnnl::algorithm::convolution_direct;
-  dnnl::engine& eng = dnnl_engine();
-  dnnl::primitive_attr attr = user_scratchpad_attr();
-  if (layouts.sum || layouts.relu) {
-    // Note [conv epilogue]: y = relu(conv(x, w * scale) + shift + y_before), in this order (the
-    // shift is the bias).
-    dnnl::post_ops po;
-    if (layouts.sum) po.append_sum(1.0f);
-    if (layouts.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(po);
-  }
-  auto forward_desc = [&](dnnl::prop_kind prop, dnnl::algorithm a) {
-    return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(prop, a, d.src, d.wei, d.bias, d.dst, d.strides, d.dilates,
-                                        d.pad_l, d.pad_r),
-        attr, eng);
-  };
-  std::optional<dnnl::convolution_forward::primitive_desc> winograd;
-  if (pass == Pass::kWinograd) {  // Note [conv winograd]
-    try {
-      winograd =
-          forward_desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd);
-      if (std::string(winograd->impl_info_str()).starts_with("ref")) winograd.reset();
-    } catch (const dnnl::error&) {
-      winograd.reset();  // no Winograd kernel for this shape or these post-ops
-    }
-  }
-  const dnnl::convolution_forward::primitive_desc fwd =
-      winograd ? *winograd
-               : forward_desc(pass == Pass::kInference ? dnnl::prop_kind::forward_inference
-                                                       : dnnl::prop_kind::forward_training,
-                              alg);
-  ConvEntry e;
-  e.bias = plain.bias;
-  if (is_forward(pass)) {
-    e.primitive = dnnl::convolution_forward(fwd);
-    e.implementation = fwd.impl_info_str();
-    e.reference = e.implementation.starts_with("ref");
-    e.scratch = fwd.scratchpad_desc();
-    e.a = operand(DNNL_ARG_SRC, plain.src, fwd.src_desc(), false);
-    e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, fwd.weights_desc(), false);
-    e.out = operand(DNNL_ARG_DST, plain.dst, fwd.dst_desc(), true);
-  } else if (pass == Pass::kBackwardData) {
-    dnnl::convolution_backward_data::primitive_desc pd(
-        dnnl::convolution_backward_data::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
-                                              d.pad_l, d.pad_r),
-        attr, eng, fwd);
-    e.primitive = dnnl::convolution_backward_data(pd);
-    e.scratch = pd.scratchpad_desc();
-    e.a = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
-    e.b = operand(DNNL_ARG_WEIGHTS, plain.wei, pd.weights_desc(), false);
-    e.out = operand(DNNL_ARG_DIFF_SRC, plain.src, pd.diff_src_desc(), true);
-  } else {
-    dnnl::convolution_backward_weights::primitive_desc pd(
-        dnnl::convolution_backward_weights::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
-                                                 d.pad_l, d.pad_r),
-        attr, eng, fwd);
-    e.primitive = dnnl::convolution_backward_weights(pd);
-    e.scratch = pd.scratchpad_desc();
-    e.a = operand(DNNL_ARG_SRC, plain.src, pd.src_desc(), false);
-    e.b = operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false);
-    e.out = operand(DNNL_ARG_DIFF_WEIGHTS, plain.wei, pd.diff_weights_desc(), true);
-  }
-  return e;
-}
-
-// A float32 buffer of `bytes` from kiln's caching allocator, for a blocked copy of an operand.
-Tensor scratch(const dnnl::memory::desc& desc) {
-  return empty({static_cast<int64_t>((desc.get_size() + 3) / 4)}, {DType::Float32});
-}
-
-// Weight w (dense float32 [O, ...]), times fold[o] per output channel when fold is given, in
-// operand op's chosen layout: w itself when nothing is to be done.
-Tensor fold_and_block(const Tensor& w, const Tensor* fold, const Operand& op) {
-  Tensor src = w;
-  if (fold != nullptr) {
-    NoGradGuard no_grad;
-    src = mul(w, reshape(*fold, {w.size(0), 1, 1, 1}));
-  }
-  if (!op.needs_reorder()) return src;
-  Tensor blocked = scratch(op.chosen);
-  dnnl::engine& eng = dnnl_engine();
-  dnnl::memory plain(op.plain, eng, src.raw_data()), out(op.chosen, eng, blocked.raw_data());
-  op.reorder.execute(dnnl_stream(), plain, out);
-  dnnl_stream().wait();
-  return blocked;
-}
-
-std::vector<float> values(const Tensor* fold) {
-  if (fold == nullptr) return {};
-  const auto* f = static_cast<const float*>(fold->raw_data());
-  return {f, f + fold->numel()};
-}
-
-// Note [conv weight cache]: reordering the weights into the primitive's blocked layout reads and
-// writes every weight on every call; for ResNet-18 at batch 1 that is most of the forward. When
-// no gradient is being recorded (inference, evaluation), the blocked copy of a float32 weight is
-// cached, keyed by the weight's storage (held weakly, so a freed storage never matches a new one
-// at the same address), its offset, its version counter and the layout. Every in-place write
-// through kiln (optimizer steps, copy_, load_state_dict) bumps the version, so a changed weight
-// misses; code writing a weight through raw_data() must bump the version itself. Training passes
-// never use it: their weights change every step, and the copies would only add memory.
-//
-// A folded weight (Note [conv epilogue]) is cached the same way; the per-channel scale it was
-// multiplied by is part of the key, compared by value, since callers compute it afresh per call.
-//
-// The same kind of cache, two entries deep, serves a convolution's backward: the data and weight
-// gradients both read grad_output in the same blocked layout, so the second pass takes the
-// first's copy instead of reordering it again.
-class BlockedCache {
- public:
-  explicit BlockedCache(size_t max_entries) : max_entries_(max_entries) {}
-
-  // The copy of plain tensor t (times `fold` per output channel when given, a float32 [O]) in
-  // operand op's chosen layout, computed by fold_and_block on a miss.
-  Tensor get(const Tensor& t, const Operand& op, const Tensor* fold = nullptr) {
-    std::vector<float> scale = values(fold);
-    Tensor blocked = find(t, op.chosen, scale);
-    if (blocked.defined()) return blocked;
-    blocked = fold_and_block(t, fold, op);
-    put(t, op.chosen, blocked, std::move(scale));
-    return blocked;
-  }
-
- private:
-  // The cached copy of plain tensor t in layout `chosen` (of t times `fold` per output channel,
-  // when fold is not empty), or an undefined Tensor.
-  Tensor find(const Tensor& t, const dnnl::memory::desc& chosen, const std::vector<float>& fold) {
-    const std::string k = key(t, chosen);
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (Entry& e : entries_)
-      if (e.key == k && e.chosen == chosen && e.version == t.version() && e.fold == fold &&
-          e.storage.lock() == t.storage()) {
-        e.last_use = ++clock_;
-        return e.blocked;
-      }
-    return {};
-  }
-
-  // Records `blocked` as t's copy in layout `chosen`.
-  void put(const Tensor& t, const dnnl::memory::desc& chosen, Tensor blocked,
-           std::vector<float> fold) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    evict();
-    entries_.push_back({key(t, chosen), chosen, t.storage(), t.version(), std::move(fold),
-                        std::move(blocked), ++clock_});
-  }
-
-  struct Entry {
-    std::string key;
-    dnnl::memory::desc chosen;
-    std::weak_ptr<Storage> storage;
-    uint64_t version = 0;
-    std::vector<float> fold;
-    Tensor blocked;
-    uint64_t last_use = 0;
-  };
-  static std::string key(const Tensor& t, const dnnl::memory::desc& chosen) {
-    // The strides tell apart two views of one storage that have the same shape (a permutation of
-    // equal dims). Raw bytes, not text: this runs on every convolution call.
-    const void* storage = t.storage().get();
-    const int64_t fields[2] = {t.storage_offset(), static_cast<int64_t>(chosen.get_size())};
-    std::string k(reinterpret_cast<const char*>(&storage), sizeof(storage));
-    k.append(reinterpret_cast<const char*>(fields), sizeof(fields));
-    k.append(reinterpret_cast<const char*>(t.strides().data()),
-             t.strides().size() * sizeof(int64_t));
-    return k;
-  }
-  // Drops the entries whose tensors are gone or changed, or else the least recently used one.
-  void evict() {
-    std::erase_if(entries_, [](const Entry& e) {
-      auto st = e.storage.lock();
-      return !st || st->version() != e.version;
-    });
-    if (entries_.size() < max_entries_) return;
-    entries_.erase(
-        std::min_element(entries_.begin(), entries_.end(),
-                         [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
-  }
-  size_t max_entries_;
-  uint64_t clock_ = 0;
-  std::mutex mutex_;
-  std::vector<Entry> entries_;
-};
-
-BlockedCache& weight_cache() {
-  static auto* cache = new BlockedCache(1024);
-  return *cache;
-}
-
-BlockedCache& grad_output_cache() {
-  static auto* cache = new BlockedCache(2);
-  return *cache;
-}
-
-// Note [blocked activations]: without a gradient, batched convolutions (oneDNN's direct kernels)
-// compute in a blocked layout (nChw16c), which strides cannot express, so each one would reorder
-// its input in and its output out. When a convolution's output is the next one's input (ResNet's
-// conv-bn-relu chains after folding, Note [conv epilogue]) the second reorder only undoes the
-// first, and the plain output is never read at all. So a no-grad convolution that writes its
-// whole output itself leaves the output's storage holding the blocked result (Note [deferred
-// contents] in core/storage.h), and a convolution reading that tensor, as its input or as the
-// residual of its sum post-op, takes the blocked form directly. Anything else that touches the
-// memory (another op, a print, a copy, an in-place write) makes the storage write the plain
-// contents first, so no other code sees a difference. A pending output keeps its blocked buffer
-// alive until it is written out or freed.
-class BlockedActivation final : public DeferredContents {
- public:
-  BlockedActivation(Tensor blocked, const Operand& out)
-      : blocked(std::move(blocked)), chosen(out.chosen), plain(out.plain), to_plain(out.reorder) {}
-  void write(void* data) const override {
-    dnnl::engine& eng = dnnl_engine();
-    dnnl::memory from(chosen, eng, blocked.raw_data()), to(plain, eng, data);
-    to_plain.execute(dnnl_stream(), from, to);
-    dnnl_stream().wait();
-  }
-  const Tensor blocked;
-  const dnnl::memory::desc chosen, plain;
-  const dnnl::reorder to_plain;
-};
-
-// The blocked form of t in layout `chosen`, when t's storage holds one not yet written out and t
-// is the whole of it, read as `plain`; else an undefined Tensor.
-Tensor pending_blocked(const Tensor& t, const dnnl::memory::desc& plain,
-                       const dnnl::memory::desc& chosen) {
-  if (t.storage_offset() != 0) return {};
-  const std::shared_ptr<const DeferredContents> d = t.storage()->deferred();
-  const auto* b = dynamic_cast<const BlockedActivation*>(d.get());
-  if (b == nullptr || b->chosen != chosen || b->plain != plain) return {};
-  return b->blocked;
-}
-
-// oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
-// part of the key.
-std::shared_ptr<const ConvEntry> conv_entry(Pass pass, const ConvGeometry& g, bool with_bias,
-                                            ActivationLayouts l) {
-  std::string key = g.key();
-  const int threads = get_num_threads();
-  key.append(reinterpret_cast<const char*>(&threads), sizeof(threads));
-  key += {static_cast<char>('0' + static_cast<int>(pass)), with_bias ? 'b' : '-', l.key()};
-  return conv_cache().get_or_create(
-      key, [&] { return std::make_shared<const ConvEntry>(build_conv(pass, g, with_bias, l)); });
 }
 
 // A float32 activation oneDNN can read as it is: t itself when it is float32 and contiguous or
@@ -644,8 +49,10 @@ Tensor dense_activation(const Tensor& t) {
 
 // Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
 // kernels below, `bias` the forward's bias (may be null), `ep` a forward's epilogue (may be null).
-// `publish`: out is the op's result, written here and nowhere else (Note [blocked activations]).
-void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor& b,
+// For a forward, `pass` is kForward and policy p picks the pass that runs (forward_pass); the
+// backward passes ignore p. `publish`: out is the op's result, written here and nowhere else
+// (Note [blocked activations]).
+void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a, const Tensor& b,
                  const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr,
                  bool publish = false) {
   // The activations among the operands: a and out always, b in the weight gradient.
@@ -670,6 +77,8 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       bias = &shift32;
     }
   }
+  const bool forward = is_forward(pass);
+  if (forward) pass = forward_pass(g, p, bias != nullptr, layouts);
   const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts);
   const ConvEntry& e = *entry;
   const bool direct = out.dtype() == DType::Float32;
@@ -683,10 +92,9 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
   std::vector<Tensor> keep;  // blocked copies live until the primitive has run
   std::unordered_map<int, dnnl::memory> args;
   // Forward weights are `b` (Note [conv weight cache]).
-  const bool forward = is_forward(pass);
-  const bool no_grad_forward = forward && !GradMode::is_enabled();
+  const bool inference_forward = forward && p.inference();
   const bool cached_weight =
-      no_grad_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
+      inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
   const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
     if (op == &e.b && fold != nullptr && !cached_weight) {
@@ -704,7 +112,7 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
       }
     }
     if (op == &e.b && cached_weight) {
-      keep.push_back(weight_cache().get(b, *op, fold));
+      keep.push_back(blocked_weight(b, *op, fold));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
@@ -718,7 +126,7 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     const bool is_grad_output = (pass == Pass::kBackwardData && op == &e.a) ||
                                 (pass == Pass::kBackwardWeights && op == &e.b);
     if (is_grad_output && t->is_same(original)) {
-      keep.push_back(grad_output_cache().get(original, *op));
+      keep.push_back(blocked_grad_output(original, *op));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
@@ -766,11 +174,11 @@ void onednn_conv(Pass pass, const ConvGeometry& g, const Tensor& a, const Tensor
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
   // Note [blocked activations]: the output stays blocked until someone reads its memory.
-  const bool defer = publish && direct && no_grad_forward && e.out.needs_reorder() &&
+  const bool defer = publish && direct && inference_forward && e.out.needs_reorder() &&
                      out.storage_offset() == 0 && out.nbytes() == out.storage()->nbytes();
   if (e.out.needs_reorder() && !defer) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
-  if (defer) out.storage()->defer(std::make_shared<BlockedActivation>(out_blocked, e.out));
+  if (defer) defer_blocked_output(out, out_blocked, e.out);
   if (!direct) copy_into(out, o32);
 }
 
@@ -787,29 +195,14 @@ bool trivial(const Tensor& out, int64_t reduced) {
   return true;
 }
 
-// The forward pass for geometry g now (Note [conv inference kind], Note [conv winograd]).
-Pass forward_pass(const ConvGeometry& g) {
-  if (GradMode::is_enabled()) return Pass::kForward;
-  if (g.n == 1) return Pass::kInference;
-  // With few input channels (an RGB stem) the transforms outweigh the saving: 3 -> 64 channels
-  // at batch 64 took 5.5 ms with Winograd, 1.6 ms direct.
-  const bool winograd_shape = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-                              g.dw == 1 && g.groups == 1 && g.c >= 16;
-  return winograd_shape ? Pass::kWinograd : Pass::kForward;
-}
-
-bool inference_pass(const ConvGeometry& g) {
-  return forward_pass(g) == Pass::kInference;
-}
-
 }  // namespace
 
-MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool with_bias,
-                                const ConvEpilogue* ep) {
-  // Channels-last outputs are limited to the no-grad single-image pass, whose brgemm kernels
+MemoryFormat conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                bool with_bias, const ConvEpilogue* ep) {
+  // Channels-last outputs are limited to the single-image inference pass, whose brgemm kernels
   // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
-  if (x.dim() != 4 || x.dtype() != DType::Float32 || !inference_pass(g) || g.n * g.o == 0 ||
-      g.oh * g.ow == 0 || g.c / g.groups == 0)
+  if (x.dim() != 4 || x.dtype() != DType::Float32 || direct_pass(g, p) != Pass::kInference ||
+      g.n * g.o == 0 || g.oh * g.ow == 0 || g.c / g.groups == 0)
     return MemoryFormat::kContiguous;
   ActivationLayouts l{x.is_channels_last(), /*dst_nhwc=*/true};
   if (ep != nullptr) {
@@ -817,6 +210,7 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
     l.sum = ep->residual.defined();
     l.relu = ep->relu;
   }
+  if (forward_pass(g, p, with_bias, l) != Pass::kInference) return MemoryFormat::kContiguous;
   return conv_entry(Pass::kInference, g, with_bias, l)->out.needs_reorder()
              ? MemoryFormat::kContiguous
              : MemoryFormat::kChannelsLast;
@@ -825,15 +219,15 @@ MemoryFormat conv_output_format(const ConvGeometry& g, const Tensor& x, bool wit
 namespace {
 
 // conv_forward_kernel; `publish` as in onednn_conv.
-void conv_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                  const Tensor& y, bool publish) {
+void conv_forward(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Tensor& w,
+                  const Tensor& b, const Tensor& y, bool publish) {
   if (trivial(y, g.c / g.groups)) {
     if (b.defined() && y.numel() > 0)
       copy_into(y, make_view(b, {g.o, 1, 1}, {b.stride(0), 0, 0}, b.storage_offset()));
     return;
   }
   if (y.dtype() != DType::Float64) {
-    onednn_conv(forward_pass(g), g, x, w, b.defined() ? &b : nullptr, y, nullptr, publish);
+    onednn_conv(Pass::kForward, p, g, x, w, b.defined() ? &b : nullptr, y, nullptr, publish);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), wd = dense(w, DType::Float64);
@@ -844,28 +238,29 @@ void conv_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const
 
 }  // namespace
 
-std::string conv_forward_implementation(const ConvGeometry& g, const Tensor& x, bool with_bias) {
+std::string conv_forward_implementation(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                        bool with_bias) {
   if (x.dtype() == DType::Float64) return "kiln:reference";
-  return conv_entry(forward_pass(g), g, with_bias,
-                    {x.is_channels_last(),
-                     conv_output_format(g, x, with_bias) == MemoryFormat::kChannelsLast})
-      ->implementation;
+  const ActivationLayouts l{x.is_channels_last(),
+                            conv_output_format(g, p, x, with_bias) == MemoryFormat::kChannelsLast};
+  return conv_entry(forward_pass(g, p, with_bias, l), g, with_bias, l)->implementation;
 }
 
-void conv_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                         const Tensor& y) {
-  conv_forward(g, x, w, b, y, /*publish=*/true);
+void conv_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Tensor& w,
+                         const Tensor& b, const Tensor& y) {
+  conv_forward(g, p, x, w, b, y, /*publish=*/true);
 }
 
-ConvEpilogue fusable_epilogue(const ConvGeometry& g, const Tensor& x, const ConvEpilogue& ep) {
+ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                              const ConvEpilogue& ep) {
   if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
   ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
-  const Pass pass = forward_pass(g);
+  const Pass pass = forward_pass(g, p, ep.scale.defined(), l);
   return conv_entry(pass, g, ep.scale.defined(), l)->reference ? ConvEpilogue{} : ep;
 }
 
-void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                                  const ConvEpilogue& ep, const ConvEpilogue& done,
+void conv_epilogue_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                  const Tensor& w, const ConvEpilogue& ep, const ConvEpilogue& done,
                                   const Tensor& y) {
   if (y.numel() == 0) return;
   // y is final when the kernel applies all of ep (Note [blocked activations]).
@@ -873,9 +268,9 @@ void conv_epilogue_forward_kernel(const ConvGeometry& g, const Tensor& x, const 
                         (!ep.residual.defined() || done.residual.defined()) &&
                         (!ep.relu || done.relu);
   if (done.scale.defined() || done.residual.defined() || done.relu)
-    onednn_conv(forward_pass(g), g, x, w, nullptr, y, &done, complete);
+    onednn_conv(Pass::kForward, p, g, x, w, nullptr, y, &done, complete);
   else
-    conv_forward(g, x, w, Tensor(), y, complete);
+    conv_forward(g, p, x, w, Tensor(), y, complete);
   NoGradGuard no_grad;
   Tensor t = y;
   if (ep.scale.defined() && !done.scale.defined()) t = channel_affine(t, ep.scale, ep.shift);
@@ -888,7 +283,7 @@ void conv_backward_data_kernel(const ConvGeometry& g, const Tensor& gy, const Te
                                const Tensor& gx) {
   if (trivial(gx, (g.o / g.groups) * g.oh * g.ow)) return;
   if (gx.dtype() != DType::Float64) {
-    onednn_conv(Pass::kBackwardData, g, gy, w, nullptr, gx);
+    onednn_conv(Pass::kBackwardData, {}, g, gy, w, nullptr, gx);
     return;
   }
   const Tensor gyd = dense(gy, DType::Float64), wd = dense(w, DType::Float64);
@@ -899,7 +294,7 @@ void conv_backward_weights_kernel(const ConvGeometry& g, const Tensor& x, const 
                                   const Tensor& gw) {
   if (trivial(gw, g.n * g.oh * g.ow)) return;
   if (gw.dtype() != DType::Float64) {
-    onednn_conv(Pass::kBackwardWeights, g, x, gy, nullptr, gw);
+    onednn_conv(Pass::kBackwardWeights, {}, g, x, gy, nullptr, gw);
     return;
   }
   const Tensor xd = dense(x, DType::Float64), gyd = dense(gy, DType::Float64);

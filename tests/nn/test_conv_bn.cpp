@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "kiln/core/grad_mode.h"
 #include "kiln/kiln.h"
+#include "kiln/ops/conv_bn_fold.h"
+#include "tests/support/op_recorder.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::nn {
@@ -109,7 +114,8 @@ TEST(ConvBn, HooksTrainingAndGradientsSeeTheModules) {
   Tensor y = conv_bn(conv, bn, x, Tensor(), true);
   EXPECT_EQ(calls, 2);
   EXPECT_GT(max(abs(sub(bn.running_mean, before))).item<float>(), 0.0f);
-  // In evaluation mode with a gradient being recorded, gradients reach the parameters.
+  // In evaluation mode with a gradient being recorded, the fused path gives gradients to the
+  // parameters (compared with the modules' in EvaluationWithGradientsFuses...).
   conv.eval();
   bn.eval();
   Tensor z = conv_bn(conv, bn, x, Tensor(), true);
@@ -119,8 +125,97 @@ TEST(ConvBn, HooksTrainingAndGradientsSeeTheModules) {
   ASSERT_TRUE(bn.weight.grad().defined());
 }
 
-// The models that use conv_bn give the same logits on the fused path (no grad) as on the
-// modules' path (gradients recorded).
+// The names of the ops a call dispatched.
+template <class F>
+std::multiset<std::string> ops_of(F fn) {
+  test::RecordOps record;
+  fn();
+  std::multiset<std::string> names;
+  for (const test::RecordedCall& call : record.calls()) names.insert(call.op->name());
+  return names;
+}
+
+// Note [conv-bn inference]: with a gradient being recorded, evaluation still folds, and the
+// gradients of the input and of every parameter equal the modules' (called one by one).
+TEST(ConvBn, EvaluationWithGradientsFusesAndGradientsMatchTheModules) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(36);
+    Conv2d conv(8, 16, 3, {.padding = 1}, /*bias=*/true);
+    BatchNorm2d bn(16);
+    randomize(bn);
+    conv.to(dt);
+    bn.to(dt);
+    conv.eval();
+    bn.eval();
+    Tensor x = to_dtype(randn({2, 8, 6, 6}), dt), residual = to_dtype(randn({2, 16, 6, 6}), dt);
+    Tensor r =
+        to_dtype(randn({2, 16, 6, 6}), dt);  // weights the outputs: gradients differ per element
+    x.set_requires_grad(true);
+    const std::vector<Tensor*> wrt{&x, &conv.weight, &conv.bias, &bn.weight, &bn.bias};
+    auto gradients = [&](bool fused) {
+      for (Tensor* t : wrt) t->set_grad(Tensor());
+      Tensor y =
+          fused ? conv_bn(conv, bn, x, residual, true) : unfused(conv, bn, x, residual, true);
+      mul(y, r).sum().backward();
+      std::vector<Tensor> grads;
+      for (Tensor* t : wrt) grads.push_back(t->grad());
+      return std::pair{y.detach(), grads};
+    };
+    auto [want_y, want] = gradients(false);
+    std::pair<Tensor, std::vector<Tensor>> got;
+    const std::multiset<std::string> ops = ops_of([&] { got = gradients(true); });
+    EXPECT_EQ(ops.count("conv_bn_fold"), 1u);
+    EXPECT_EQ(ops.count("batch_norm"), 0u);
+    const double tol = dt == DType::Float32 ? 1e-5 : 1e-12;
+    expect_allclose(got.first, want_y, tol);
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      SCOPED_TRACE("gradient " + std::to_string(i));
+      ASSERT_TRUE(got.second[i].defined());
+      expect_allclose(got.second[i], want[i], tol);
+    }
+  }
+}
+
+// Note [conv-bn fold cache]: a pushed dispatch mode sees the fold on every call, cached or not;
+// without one, repeated evaluation calls take the folded values from the cache.
+TEST(ConvBn, ModesSeeTheFoldOnEveryCall) {
+  manual_seed(37);
+  Conv2d conv(4, 8, 3, {.padding = 1});
+  BatchNorm2d bn(8);
+  randomize(bn);
+  conv.eval();
+  bn.eval();
+  Tensor x = randn({1, 4, 5, 5});
+  NoGradGuard no_grad;
+  conv_bn(conv, bn, x);  // fills the cache
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(ops_of([&] { conv_bn(conv, bn, x); }).count("conv_bn_fold"), 1u);
+  // The values seen by a mode are the cache's: both follow the modules.
+  Tensor traced;
+  {
+    test::RecordOps record;
+    traced = conv_bn(conv, bn, x);
+  }
+  expect_allclose(traced, conv_bn(conv, bn, x), 0.0);
+}
+
+TEST(ConvBn, FoldErrorsNameTheOpAndTheOperand) {
+  test::expect_error(
+      [] { conv_bn_fold(zeros({3}), ones({4}), Tensor(), Tensor(), Tensor(), 1e-5); },
+      {"[conv_bn_fold]", "running_var of shape [3]", "[4]"});
+  test::expect_error(
+      [] {
+        conv_bn_fold(zeros({3}), ones({3}), ones({3}, {DType::Float64}), Tensor(), Tensor(), 1e-5);
+      },
+      {"[conv_bn_fold]", "weight of shape [3], dtype float32"});
+  test::expect_error([] { conv_bn_fold(Tensor(), ones({3}), Tensor(), Tensor(), Tensor(), 1e-5); },
+                     {"[conv_bn_fold] expected running_mean and running_var"});
+}
+
+// The models that use conv_bn give the same logits on the fused kernel (no grad: one
+// conv2d_affine op) as on the fused composition (gradients recorded: conv2d, channel_affine, add,
+// relu).
 TEST(ConvBn, ModelsAgreeWithAndWithoutTheFusedPath) {
   manual_seed(33);
   struct Case {

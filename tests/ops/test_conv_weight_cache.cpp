@@ -12,17 +12,22 @@
 namespace kiln {
 namespace {
 
-Tensor conv(const Tensor& x, const Tensor& w, bool grad_mode) {
+// recorded: with a gradient recorded (the weight requires grad), a "training" convolution.
+Tensor conv(const Tensor& x, const Tensor& w, bool recorded) {
   Conv2dOptions o;
   o.padding = Padding(1);
-  if (grad_mode) return conv2d(x, w, Tensor(), o);
+  if (recorded) {
+    Tensor leaf = w.detach();
+    leaf.set_requires_grad(true);
+    return conv2d(x, leaf, Tensor(), o).detach();
+  }
   NoGradGuard no_grad;
   return conv2d(x, w, Tensor(), o);
 }
 
-// The recording path never uses the cache, so it is the reference. A batch of one runs another
-// oneDNN kernel without grad (Note [conv inference kind]), so the last bits may differ; a stale
-// weight would be off by O(1).
+// The recording path never uses the cache (Note [conv algorithm]), so it is the reference. A batch
+// of one runs another oneDNN kernel without grad (Note [conv inference kind]), so the last bits may
+// differ; a stale weight would be off by O(1).
 void expect_same(const Tensor& x, const Tensor& w) {
   const std::vector<float> got = conv(x, w, false).to_vector<float>();
   const std::vector<float> want = conv(x, w, true).to_vector<float>();

@@ -22,14 +22,15 @@ namespace {
 
 const Conv2dOptions kSame{.padding = 1};
 
-std::string implementation(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
-  return detail::conv_forward_implementation(*detail::conv_geometry(x.shape(), w.shape(), o), x,
-                                             false);
+// The kernel ConvAlgorithm::kAuto runs for a call of this purpose (Note [conv algorithm]).
+std::string implementation(const Tensor& x, const Tensor& w, const Conv2dOptions& o,
+                           detail::ConvPurpose purpose = detail::ConvPurpose::kInference) {
+  return detail::conv_forward_implementation(*detail::conv_geometry(x.shape(), w.shape(), o),
+                                             {o.algorithm, purpose}, x, false);
 }
 
-TEST(ConvWinograd, ChosenForBatchedNoGrad3x3Only) {
+TEST(ConvWinograd, AutoChoosesItForBatchedInference3x3Only) {
   const Tensor x = randn({4, 16, 8, 8}), w = randn({16, 16, 3, 3});
-  NoGradGuard no_grad;
   EXPECT_NE(implementation(x, w, kSame).find("wino"), std::string::npos)
       << implementation(x, w, kSame);
   EXPECT_EQ(implementation(randn({1, 16, 8, 8}), w, kSame).find("wino"), std::string::npos);
@@ -37,10 +38,8 @@ TEST(ConvWinograd, ChosenForBatchedNoGrad3x3Only) {
   EXPECT_EQ(implementation(randn({4, 3, 8, 8}), randn({16, 3, 3, 3}), kSame).find("wino"),
             std::string::npos);
   EXPECT_EQ(implementation(x, randn({16, 16, 1, 1}), {}).find("wino"), std::string::npos);
-  {
-    EnableGradGuard grad;
-    EXPECT_EQ(implementation(x, w, kSame).find("wino"), std::string::npos);
-  }
+  EXPECT_EQ(implementation(x, w, kSame, detail::ConvPurpose::kTraining).find("wino"),
+            std::string::npos);
 }
 
 // max |got - want| / max |want|, with want in float64.

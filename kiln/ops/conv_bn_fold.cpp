@@ -1,0 +1,184 @@
+// conv_bn_fold (Note [conv-bn fold] in conv_bn_fold.h): the op, its kernel on [C] vectors, its
+// gradient in public ops, and its registry samples.
+#include "kiln/ops/conv_bn_fold.h"
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "kiln/ops/binary.h"
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/registry.h"
+#include "kiln/ops/unary.h"
+
+namespace kiln {
+
+namespace {
+
+// Inputs: running_mean, running_var, then weight, bias and conv_bias where present (the has_*
+// attributes say which).
+class ConvBnFoldOp final : public Op {
+ public:
+  ConvBnFoldOp(double eps, bool has_weight, bool has_bias, bool has_conv_bias)
+      : eps_(eps), has_weight_(has_weight), has_bias_(has_bias), has_conv_bias_(has_conv_bias) {}
+  const char* name() const override { return "conv_bn_fold"; }
+  nlohmann::json attrs() const override {
+    return {{"eps", attr_double(eps_)},
+            {"has_weight", has_weight_},
+            {"has_bias", has_bias_},
+            {"has_conv_bias", has_conv_bias_}};
+  }
+
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
+    const size_t expected =
+        2 + (has_weight_ ? 1 : 0) + (has_bias_ ? 1 : 0) + (has_conv_bias_ ? 1 : 0);
+    if (in.size() != expected)
+      fail(name(), loc,
+           "expected {} inputs (has_weight {}, has_bias {}, has_conv_bias {}), but got {}",
+           expected, has_weight_, has_bias_, has_conv_bias_, in.size());
+    const Tensor& mean = in[0];
+    if (mean.dim() != 1 || !is_floating(mean.dtype()))
+      fail(name(), loc, "expected a floating-point running_mean of shape [C], but got {}",
+           mean.describe());
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].shape() != mean.shape() || in[i].dtype() != mean.dtype() ||
+          in[i].device() != mean.device())
+        fail(name(), loc,
+             "expected {} of shape [{}], dtype {} and device {} (running_mean's), but got {}",
+             input_name(i), mean.size(0), dtype_name(mean.dtype()), mean.device().name(),
+             in[i].describe());
+    const TensorMeta m{mean.shape(), mean.dtype(), mean.device()};
+    return {m, m};
+  }
+
+  // In float64, rounded once to the output dtype.
+  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    const std::vector<double> mean = in[0].to_vector<double>(), var = in[1].to_vector<double>();
+    size_t next = 2;
+    auto optional = [&](bool has) {
+      return has ? in[next++].to_vector<double>() : std::vector<double>();
+    };
+    const std::vector<double> w = optional(has_weight_), b = optional(has_bias_),
+                              cb = optional(has_conv_bias_);
+    visit_dtype(out[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<compute_t<T>>) {
+        T* scale = static_cast<T*>(out[0].raw_data());
+        T* shift = static_cast<T*>(out[1].raw_data());
+        for (size_t c = 0; c < mean.size(); ++c) {
+          const double s = (w.empty() ? 1.0 : w[c]) / std::sqrt(var[c] + eps_);
+          const double h = (b.empty() ? 0.0 : b[c]) + ((cb.empty() ? 0.0 : cb[c]) - mean[c]) * s;
+          scale[c] = static_cast<T>(static_cast<compute_t<T>>(s));
+          shift[c] = static_cast<T>(static_cast<compute_t<T>>(h));
+        }
+      }
+    });
+  }
+
+  // With inv = 1 / sqrt(var + eps) and d = conv_bias - mean, scale = weight * inv and
+  // shift = bias + d * scale; g_scale is scale's whole gradient, its own plus shift's through d.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Tensor &mean = ctx.inputs[0], &var = ctx.inputs[1];
+    const Tensor &gs = ctx.grads[0], &gh = ctx.grads[1];
+    int next = 2;
+    const int iw = has_weight_ ? next++ : -1, ib = has_bias_ ? next++ : -1;
+    const int icb = has_conv_bias_ ? next++ : -1;
+    std::vector<Tensor> grads(ctx.inputs.size());
+    const Tensor inv = rsqrt(add(var, eps_, ctx.loc), ctx.loc);
+    const Tensor scale = iw >= 0 ? mul(ctx.inputs[iw], inv, ctx.loc) : inv;
+    const Tensor d = icb >= 0 ? sub(ctx.inputs[icb], mean, ctx.loc) : neg(mean, ctx.loc);
+    const Tensor g_scale = add(gs, mul(gh, d, ctx.loc), ctx.loc);
+    if (ctx.needs_grad[0]) grads[0] = neg(mul(gh, scale, ctx.loc), ctx.loc);
+    if (ctx.needs_grad[1])
+      grads[1] =
+          mul(mul(g_scale, scale, ctx.loc), mul(mul(inv, inv, ctx.loc), -0.5, ctx.loc), ctx.loc);
+    if (iw >= 0 && ctx.needs_grad[iw]) grads[iw] = mul(g_scale, inv, ctx.loc);
+    if (ib >= 0 && ctx.needs_grad[ib]) grads[ib] = gh;
+    if (icb >= 0 && ctx.needs_grad[icb]) grads[icb] = mul(gh, scale, ctx.loc);
+    return grads;
+  }
+
+ private:
+  std::string input_name(size_t i) const {
+    if (i == 1) return "running_var";
+    size_t next = 2;
+    for (auto [has, name] : {std::pair{has_weight_, "weight"}, std::pair{has_bias_, "bias"},
+                             std::pair{has_conv_bias_, "conv_bias"}})
+      if (has && next++ == i) return name;
+    return "input " + std::to_string(i);
+  }
+
+  double eps_;
+  bool has_weight_, has_bias_, has_conv_bias_;
+};
+
+KILN_REGISTER_OP("conv_bn_fold",
+                 (OpSchema{{"running_mean", "running_var", "weight?", "bias?", "conv_bias?"},
+                           {"scale", "shift"}}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const ConvBnFoldOp>(
+                       a.f("eps"), a.b("has_weight"), a.b("has_bias"), a.b("has_conv_bias"));
+                 });
+
+}  // namespace
+
+std::pair<Tensor, Tensor> conv_bn_fold(const Tensor& running_mean, const Tensor& running_var,
+                                       const Tensor& weight, const Tensor& bias,
+                                       const Tensor& conv_bias, double eps, const Loc& loc) {
+  if (!running_mean.defined() || !running_var.defined())
+    fail("conv_bn_fold", loc, "expected running_mean and running_var, but got {} and {}",
+         running_mean.defined() ? running_mean.describe() : "undefined",
+         running_var.defined() ? running_var.describe() : "undefined");
+  std::vector<Tensor> in{running_mean, running_var};
+  for (const Tensor* t : {&weight, &bias, &conv_bias})
+    if (t->defined()) in.push_back(*t);
+  std::vector<Tensor> out =
+      dispatch(std::make_shared<const ConvBnFoldOp>(eps, weight.defined(), bias.defined(),
+                                                    conv_bias.defined()),
+               in, loc);
+  return {out[0], out[1]};
+}
+
+namespace {
+
+OpSample::Fn fold_fn(bool has_weight, bool has_bias, bool has_conv_bias, double eps) {
+  return [=](const std::vector<Tensor>& in) {
+    size_t next = 2;
+    auto optional = [&](bool has) { return has ? in[next++] : Tensor(); };
+    const Tensor w = optional(has_weight), b = optional(has_bias), cb = optional(has_conv_bias);
+    auto [scale, shift] = conv_bn_fold(in[0], in[1], w, b, cb, eps);
+    return std::vector<Tensor>{scale, shift};
+  };
+}
+
+// The torch expression builds both outputs through one torch.stack, so that each depends on
+// every input, as the outputs of one kiln op do: both require grad when any input does (a
+// composition would leave scale without grad when only the mean or a bias requires it).
+std::string torch_fold(const std::string& scale, const std::string& shift) {
+  return "tuple(t.clone() for t in torch.stack([" + scale + ", " + shift + "]))";
+}
+
+// Variances in [0.5, 2): away from the pole of 1 / sqrt(var + eps).
+KILN_REGISTER_OP_SAMPLES("conv_bn_fold", [] {
+  auto t = [](int64_t c, uint64_t seed) { return sample_tensor({c}, seed); };
+  auto var = [](int64_t c, uint64_t seed) { return sample_tensor({c}, seed, 0.5, 2.0); };
+  return std::vector<OpSample>{
+      {"affine_conv_bias",
+       {t(5, 381), var(5, 382), t(5, 383), t(5, 384), t(5, 385)},
+       fold_fn(true, true, true, 1e-5),
+       torch_fold("a2 / torch.sqrt(a1 + 1e-05)", "a3 + (a4 - a0) * (a2 / torch.sqrt(a1 + 1e-05))")},
+      {"affine",
+       {t(4, 386), var(4, 387), t(4, 388), t(4, 389)},
+       fold_fn(true, true, false, 1e-3),
+       torch_fold("a2 / torch.sqrt(a1 + 0.001)", "a3 - a0 * (a2 / torch.sqrt(a1 + 0.001))")},
+      {"statistics_and_conv_bias",
+       {t(3, 390), var(3, 391), t(3, 392)},
+       fold_fn(false, false, true, 0.1),
+       torch_fold("1 / torch.sqrt(a1 + 0.1)", "(a2 - a0) * (1 / torch.sqrt(a1 + 0.1))")},
+  };
+});
+
+}  // namespace
+
+}  // namespace kiln
