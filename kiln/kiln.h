@@ -35,6 +35,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_bn_fold.h"
 #include "kiln/ops/dropout.h"
 #include "kiln/ops/embedding.h"
 #include "kiln/ops/factories.h"

@@ -1,5 +1,5 @@
-// conv2d (the primitive, with a fused bias) and conv_transpose2d (conv2d_backward_input plus a
-// bias). The backward ops are in conv_backward.cpp, the kernels in conv_kernels.cpp.
+// conv2d (the primitive, with a fused bias). conv_transpose2d is in conv_transpose.cpp, the
+// backward ops in conv_backward.cpp, the kernels in conv_kernels.cpp.
 #include "kiln/ops/conv.h"
 
 #include <fmt/format.h>
@@ -166,47 +166,6 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
   return dispatch1(std::make_shared<const Conv2dOp>(options, purpose), in, loc);
 }
 
-Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
-                        const ConvTranspose2dOptions& t, const Loc& loc) {
-  const char* op = "conv_transpose2d";
-  const Conv2dOptions o{t.stride, Padding(t.padding.h, t.padding.w), t.dilation, t.groups};
-  detail::check_conv_options(op, o, loc);
-  detail::check_activation(op, "input", input, Tensor(), loc);
-  detail::check_weight(op, weight, "(C,O/groups,kH,kW)", input, loc);
-  if (weight.size(1) == 0)
-    fail(op, loc, "expected a weight with at least one output channel, but got {}",
-         weight.describe());
-  if (weight.size(0) % t.groups != 0)
-    fail(op, loc,
-         "expected the weight's {} input channels to be divisible by groups {}, but got {}",
-         weight.size(0), t.groups, weight.describe());
-  if (input.size(-3) != weight.size(0))
-    fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}",
-         weight.size(0), short_desc(weight), t.groups, short_desc(input));
-  const int64_t channels = weight.size(1) * t.groups;
-  if (bias.defined() &&
-      (bias.dim() != 1 || bias.size(0) != channels || bias.dtype() != input.dtype()))
-    fail(op, loc, "expected bias of shape [{}] and dtype {} (weight {}, groups {}), but got {}",
-         channels, dtype_name(input.dtype()), short_desc(weight), t.groups, bias.describe());
-  const Size2 &s = t.stride, &op_pad = t.output_padding;
-  if (op_pad.h < 0 || op_pad.w < 0 || op_pad.h >= s.h || op_pad.w >= s.w)
-    fail(op, loc,
-         "expected a non-negative output_padding smaller than the stride, but got output_padding "
-         "[{}, {}] with stride [{}, {}]",
-         op_pad.h, op_pad.w, s.h, s.w);
-  const int64_t oh = (input.size(-2) - 1) * s.h - 2 * t.padding.h +
-                     t.dilation.h * (weight.size(2) - 1) + op_pad.h + 1;
-  const int64_t ow = (input.size(-1) - 1) * s.w - 2 * t.padding.w +
-                     t.dilation.w * (weight.size(3) - 1) + op_pad.w + 1;
-  if (oh <= 0 || ow <= 0)
-    fail(op, loc,
-         "expected a positive output size, but got {}x{} for input {}, weight {}, padding [{}, {}]",
-         oh, ow, short_desc(input), short_desc(weight), t.padding.h, t.padding.w);
-  Tensor out = conv2d_backward_input(input, weight, {oh, ow}, o, loc);
-  if (bias.defined()) out = add(out, reshape(bias, {channels, 1, 1}, loc), loc);
-  return out;
-}
-
 namespace {
 
 OpSample::Fn conv_fn(Conv2dOptions o) {
@@ -251,40 +210,8 @@ std::vector<OpSample> conv2d_samples() {
   };
 }
 
-OpSample::Fn transpose_fn(ConvTranspose2dOptions o) {
-  return [o](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{conv_transpose2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o)};
-  };
-}
-
-std::vector<OpSample> conv_transpose2d_samples() {
-  auto t = [](Shape s, uint64_t seed) { return sample_tensor(std::move(s), seed); };
-  return {
-      {"basic_bias",
-       {t({2, 3, 4, 4}, 321), t({3, 2, 3, 3}, 322), t({2}, 323)},
-       transpose_fn({}),
-       "F.conv_transpose2d(a0, a1, a2)"},
-      {"stride2_output_padding",
-       {t({1, 4, 3, 3}, 324), t({4, 3, 3, 3}, 325), t({3}, 326)},
-       transpose_fn({.stride = 2, .padding = 1, .output_padding = 1}),
-       "F.conv_transpose2d(a0, a1, a2, stride=2, padding=1, output_padding=1)"},
-      {"groups_dilation",
-       {t({2, 4, 3, 4}, 327), t({4, 1, 2, 3}, 328)},
-       transpose_fn({.stride = {2, 3}, .output_padding = {1, 2}, .groups = 2, .dilation = 2}),
-       "F.conv_transpose2d(a0, a1, None, stride=(2, 3), padding=0, output_padding=(1, 2), "
-       "groups=2, dilation=2)"},
-      {"unbatched",
-       {t({3, 3, 3}, 329), t({3, 2, 2, 2}, 330)},
-       transpose_fn({.stride = {2, 1}}),
-       "F.conv_transpose2d(a0, a1, stride=(2, 1))"},
-  };
-}
-
 KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
     "conv2d", conv2d_samples,
-    "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
-KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(
-    "conv_transpose2d", conv_transpose2d_samples,
     "the weight gradient: oneDNN may split the batch between threads (Note [conv determinism])");
 
 }  // namespace
