@@ -1,12 +1,12 @@
 // channel_affine: y = x * scale[c] + shift[c] over the channel dim of x [N, C, ...], in one pass.
 // batch_norm's evaluation mode is this op with scale and shift folded from the running
-// statistics; its composition mul + add made two passes and a temporary of x's size.
+// statistics; its composition mul + add made two passes and a temporary of x's size. The kernel
+// is in kiln/backend/cpu/norm_ops.cpp (Note [kernel table]).
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
-#include "kiln/ops/norm_kernels.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
@@ -39,25 +39,6 @@ class ChannelAffineOp final : public Op {
              i == 1 ? "scale" : "shift", x.size(1), dtype_name(x.dtype()), x.describe(),
              in[i].describe());
     return {{x.shape(), x.dtype(), x.device(), elementwise_format({x}, x.shape())}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    if (in[0].is_channels_last() && out[0].is_channels_last()) {
-      NoGradGuard no_grad;
-      const Tensor& x = in[0];
-      detail::channel_affine_last_kernel(x.numel() / std::max<int64_t>(x.size(1), 1), x.size(1), x,
-                                         contiguous(in[1]), contiguous(in[2]), out[0]);
-      return;
-    }
-    std::vector<Tensor> c;
-    {
-      NoGradGuard no_grad;
-      for (const Tensor& t : in) c.push_back(contiguous(t));
-    }
-    const Tensor& x = c[0];
-    const int64_t p = x.size(0), q = x.size(1);
-    detail::channel_affine_kernel({p, q, p * q == 0 ? 0 : x.numel() / (p * q)}, x, c[1], c[2],
-                                  out[0]);
   }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

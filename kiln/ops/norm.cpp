@@ -9,7 +9,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/norm_ops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
@@ -20,74 +20,11 @@ namespace kiln {
 
 namespace {
 
-enum class NormKind { kBatch, kLayer, kGroup };
-
-const char* kind_name(NormKind k) {
-  switch (k) {
-    case NormKind::kBatch:
-      return "batch_norm";
-    case NormKind::kLayer:
-      return "layer_norm";
-    case NormKind::kGroup:
-      return "group_norm";
-  }
-  return "norm";
-}
-
-// Note [norm geometry]: every norm sees contiguous x as [P, Q, R] with parameters (weight, bias)
-// indexed by q:
-//   batch_norm  [N, C, spatial]: one statistic per q, over p and r.
-//   group_norm  [N, C, spatial]: one statistic per (p, group), over the group's contiguous
-//               chunk of Q / G channels times R.
-//   layer_norm  [M, K, 1], G = 1: one statistic per p, over its row of K.
-// For the vjp the same data is viewed with the statistics as reduced dims: `view` is x's view,
-// `reduce` the dims the statistics reduce, `stat_view` the keepdim shape of the statistics and
-// `param_view` the parameters' view, broadcastable against `view`.
-struct NormGeom {
-  int64_t p = 1, q = 1, r = 1, groups = 1;
-  Shape stat_shape;  // shape of the mean / var outputs
-  Shape view, stat_view, param_view;
-  Dims reduce;
-  int64_t count = 1;  // elements per statistic
-};
-
-NormGeom make_geom(NormKind kind, const Shape& x, int64_t groups_or_k) {
-  NormGeom g;
-  const int64_t numel = shape_numel(x);
-  if (kind == NormKind::kLayer) {
-    const int64_t lead = static_cast<int64_t>(x.size()) - groups_or_k;
-    g.stat_shape.assign(x.begin(), x.begin() + lead);
-    g.p = shape_numel(g.stat_shape);
-    g.q = shape_numel(Shape(x.begin() + lead, x.end()));
-    g.view = {g.p, g.q};
-    g.stat_view = {g.p, 1};
-    g.param_view = {1, g.q};
-    g.reduce = {1};
-    g.count = g.q;
-    return g;
-  }
-  g.p = x[0];
-  g.q = x[1];
-  g.r = g.p * g.q == 0 ? 0 : numel / (g.p * g.q);
-  if (kind == NormKind::kBatch) {
-    g.stat_shape = {g.q};
-    g.view = {g.p, g.q, g.r};
-    g.stat_view = {1, g.q, 1};
-    g.param_view = {1, g.q, 1};
-    g.reduce = {0, 2};
-    g.count = g.p * g.r;
-  } else {
-    g.groups = groups_or_k;
-    const int64_t cg = g.q / g.groups;
-    g.stat_shape = {g.p, g.groups};
-    g.view = {g.p, g.groups, cg, g.r};
-    g.stat_view = {g.p, g.groups, 1, 1};
-    g.param_view = {1, g.groups, cg, 1};
-    g.reduce = {2, 3};
-    g.count = cg * g.r;
-  }
-  return g;
-}
+using detail::make_norm_geom;
+using detail::norm_kind_name;
+using detail::NormAttrs;
+using detail::NormGeom;
+using detail::NormKind;
 
 // Outputs: y (x's shape), and the mean and biased variance of every statistic (stat_shape).
 // The statistics are outputs so that batch_norm can update running statistics without another
@@ -95,17 +32,14 @@ NormGeom make_geom(NormKind kind, const Shape& x, int64_t groups_or_k) {
 class NormOp final : public Op {
  public:
   NormOp(NormKind kind, int64_t groups_or_k, double eps, bool has_weight, bool has_bias)
-      : kind_(kind),
-        groups_or_k_(groups_or_k),
-        eps_(eps),
-        has_weight_(has_weight),
-        has_bias_(has_bias) {}
-  const char* name() const override { return kind_name(kind_); }
+      : a_{kind, groups_or_k, eps, has_weight, has_bias} {}
+  const NormAttrs& norm_attrs() const { return a_; }
+  const char* name() const override { return norm_kind_name(a_.kind); }
   nlohmann::json attrs() const override {
     nlohmann::json j = {
-        {"eps", attr_double(eps_)}, {"has_weight", has_weight_}, {"has_bias", has_bias_}};
-    if (kind_ == NormKind::kGroup) j["num_groups"] = groups_or_k_;
-    if (kind_ == NormKind::kLayer) j["normalized_rank"] = groups_or_k_;
+        {"eps", attr_double(a_.eps)}, {"has_weight", a_.has_weight}, {"has_bias", a_.has_bias}};
+    if (a_.kind == NormKind::kGroup) j["num_groups"] = a_.groups_or_k;
+    if (a_.kind == NormKind::kLayer) j["normalized_rank"] = a_.groups_or_k;
     return j;
   }
 
@@ -113,12 +47,12 @@ class NormOp final : public Op {
     const Tensor& x = in[0];
     if (!is_floating(x.dtype()))
       fail(name(), loc, "expected a floating-point input, but got {}", x.describe());
-    NormGeom g = make_geom(kind_, x.shape(), groups_or_k_);
-    Shape pshape = kind_ == NormKind::kLayer
-                       ? Shape(x.shape().end() - groups_or_k_, x.shape().end())
+    NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
+    Shape pshape = a_.kind == NormKind::kLayer
+                       ? Shape(x.shape().end() - a_.groups_or_k, x.shape().end())
                        : Shape{x.size(1)};
     for (size_t i = 1; i < in.size(); ++i) {
-      const char* what = i == 1 && has_weight_ ? "weight" : "bias";
+      const char* what = i == 1 && a_.has_weight ? "weight" : "bias";
       if (in[i].shape() != pshape || in[i].dtype() != x.dtype())
         fail(name(), loc, "expected {} of shape {} and dtype {} (for input {}), but got {}", what,
              shape_str(pshape), dtype_name(x.dtype()), x.describe(), in[i].describe());
@@ -128,29 +62,12 @@ class NormOp final : public Op {
             {g.stat_shape, x.dtype(), x.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    std::vector<Tensor> c;
-    {
-      NoGradGuard no_grad;
-      for (const Tensor& t : in) c.push_back(contiguous(t));
-    }
-    const NormGeom g = make_geom(kind_, c[0].shape(), groups_or_k_);
-    if (kind_ == NormKind::kBatch) {
-      detail::batch_norm_forward_kernel({g.p, g.q, g.r}, eps_, c[0], has_weight_ ? c[1] : Tensor(),
-                                        has_bias_ ? c.back() : Tensor(), out[0], out[1], out[2]);
-      return;
-    }
-    detail::chunk_norm_forward_kernel({g.p * g.groups, g.groups, g.q / g.groups, g.r}, eps_, c[0],
-                                      has_weight_ ? c[1] : Tensor(),
-                                      has_bias_ ? c.back() : Tensor(), out[0], out[1], out[2]);
-  }
-
   // The vjp reads the statistics, never y (which the next op usually saves itself).
   Saves saves() const override { return {true, true, ~uint64_t{1}}; }
   // x always; the weight only for x's gradient; the bias never (its gradient is a sum of g).
   Saves saves_for(const std::vector<bool>& needs_grad) const override {
     Saves s = saves();
-    s.input_mask = 1u | (has_weight_ && needs_grad[0] ? 2u : 0u);
+    s.input_mask = 1u | (a_.has_weight && needs_grad[0] ? 2u : 0u);
     return s;
   }
 
@@ -167,44 +84,41 @@ class NormOp final : public Op {
   // differentiable decomposition below.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor& x = ctx.inputs[0];
-    const Tensor w = has_weight_ ? ctx.inputs[1] : Tensor();
-    if (kind_ == NormKind::kBatch && !ctx.create_graph) {
+    const Tensor w = a_.has_weight ? ctx.inputs[1] : Tensor();
+    if (a_.kind == NormKind::kBatch && !ctx.create_graph) {
       std::vector<Tensor> g = batch_norm_backward(ctx.grads[0], x, ctx.outputs[1], ctx.outputs[2],
-                                                  w, eps_, ctx.grads[1], ctx.grads[2]);
+                                                  w, a_.eps, ctx.grads[1], ctx.grads[2]);
       std::vector<Tensor> grads{g[0]};
-      if (has_weight_) grads.push_back(g[1]);
-      if (has_bias_) grads.push_back(g[2]);
+      if (a_.has_weight) grads.push_back(g[1]);
+      if (a_.has_bias) grads.push_back(g[2]);
       for (size_t i = 0; i < grads.size(); ++i)
         if (!ctx.needs_grad[i]) grads[i] = Tensor();
       return grads;
     }
-    const NormGeom g = make_geom(kind_, x.shape(), groups_or_k_);
+    const NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
     const double n = static_cast<double>(g.count);
     Tensor xv = reshape(x, g.view), gy = reshape(ctx.grads[0], g.view);
     Tensor mean_v = reshape(ctx.outputs[1], g.stat_view);
-    Tensor rstd = rsqrt(add(reshape(ctx.outputs[2], g.stat_view), eps_));
+    Tensor rstd = rsqrt(add(reshape(ctx.outputs[2], g.stat_view), a_.eps));
     Tensor xhat = mul(sub(xv, mean_v), rstd);
     std::vector<Tensor> grads(ctx.inputs.size());
     if (ctx.needs_grad[0]) {
-      Tensor gxhat = has_weight_ ? mul(gy, reshape(w, g.param_view)) : gy;
+      Tensor gxhat = a_.has_weight ? mul(gy, reshape(w, g.param_view)) : gy;
       Tensor a = mean(gxhat, g.reduce, true), b = mean(mul(gxhat, xhat), g.reduce, true);
       Tensor c0 = add(neg(mul(rstd, a)), div(reshape(ctx.grads[1], g.stat_view), n));
       Tensor c1 = sub(div(mul(reshape(ctx.grads[2], g.stat_view), 2.0 / n), rstd), mul(rstd, b));
       grads[0] = reshape(add(mul(gxhat, rstd), add(c0, mul(c1, xhat))), x.shape());
     }
-    const size_t bias_index = has_weight_ ? 2 : 1;
-    if (has_weight_ && ctx.needs_grad[1])
+    const size_t bias_index = a_.has_weight ? 2 : 1;
+    if (a_.has_weight && ctx.needs_grad[1])
       grads[1] = reshape(sum_to(mul(gy, xhat), g.param_view), ctx.input_metas[1].shape);
-    if (has_bias_ && ctx.needs_grad[bias_index])
+    if (a_.has_bias && ctx.needs_grad[bias_index])
       grads[bias_index] = reshape(sum_to(gy, g.param_view), ctx.input_metas[bias_index].shape);
     return grads;
   }
 
  private:
-  NormKind kind_;
-  int64_t groups_or_k_;  // num_groups (group_norm) or the rank of normalized_shape (layer_norm)
-  double eps_;
-  bool has_weight_, has_bias_;
+  NormAttrs a_;
 };
 
 template <NormKind kKind>
@@ -220,6 +134,16 @@ KILN_REGISTER_OP("layer_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output
                  make_norm<NormKind::kLayer>);
 KILN_REGISTER_OP("group_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
                  make_norm<NormKind::kGroup>);
+
+}  // namespace
+
+const detail::NormAttrs& detail::norm_attrs(const Op& op) {
+  const auto* n = dynamic_cast<const NormOp*>(&op);
+  KILN_INTERNAL_ASSERT(n != nullptr, std::string("norm_attrs of op '") + op.name() + "'");
+  return n->norm_attrs();
+}
+
+namespace {
 
 std::vector<Tensor> run_norm(NormKind kind, const Tensor& x, int64_t groups_or_k,
                              const Tensor& weight, const Tensor& bias, double eps, const Loc& loc) {

@@ -1,13 +1,14 @@
 // batch_norm_backward: batch normalization's first-order gradient as one fused op (two passes
-// over grad_out and x, Note [batch-norm kernels]). batch_norm's vjp uses it when no graph of the
-// gradient is being built; with create_graph it uses its decomposition into public ops, which is
-// differentiable. This op itself is not: its vjp says so.
+// over grad_out and x, Note [batch-norm kernels]; the kernel is in kiln/backend/cpu/norm_ops.cpp).
+// batch_norm's vjp uses it when no graph of the gradient is being built; with create_graph it uses
+// its decomposition into public ops, which is differentiable. This op itself is not: its vjp says
+// so.
 #include <fmt/format.h>
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/norm.h"
-#include "kiln/ops/norm_kernels.h"
+#include "kiln/ops/norm_ops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
@@ -22,12 +23,13 @@ namespace {
 class BatchNormBackwardOp final : public Op {
  public:
   BatchNormBackwardOp(double eps, bool has_weight, bool has_stat_grads)
-      : eps_(eps), has_weight_(has_weight), has_stat_grads_(has_stat_grads) {}
+      : a_{eps, has_weight, has_stat_grads} {}
+  const detail::BatchNormBackwardAttrs& backward_attrs() const { return a_; }
   const char* name() const override { return "batch_norm_backward"; }
   nlohmann::json attrs() const override {
-    return {{"eps", attr_double(eps_)},
-            {"has_weight", has_weight_},
-            {"has_stat_grads", has_stat_grads_}};
+    return {{"eps", attr_double(a_.eps)},
+            {"has_weight", a_.has_weight},
+            {"has_stat_grads", a_.has_stat_grads}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
@@ -40,30 +42,14 @@ class BatchNormBackwardOp final : public Op {
     const Shape c{x.size(1)};
     const char* names[] = {"mean", "var", "weight", "grad_mean", "grad_var"};
     std::vector<const char*> what{names[0], names[1]};
-    if (has_weight_) what.push_back(names[2]);
-    if (has_stat_grads_) what.insert(what.end(), {names[3], names[4]});
+    if (a_.has_weight) what.push_back(names[2]);
+    if (a_.has_stat_grads) what.insert(what.end(), {names[3], names[4]});
     for (size_t i = 2; i < in.size(); ++i)
       if (in[i].shape() != c || in[i].dtype() != x.dtype() || in[i].device() != x.device())
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
              what[i - 2], x.size(1), dtype_name(x.dtype()), x.describe(), in[i].describe());
     const TensorMeta param{c, x.dtype(), x.device()};
     return {{x.shape(), x.dtype(), x.device()}, param, param};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    std::vector<Tensor> c;
-    {
-      NoGradGuard no_grad;
-      for (const Tensor& t : in) c.push_back(contiguous(t));
-    }
-    const Tensor& x = c[1];
-    const int64_t rows = x.size(0) * x.size(1);  // 0 for an empty batch
-    detail::BatchGeom geom{x.size(0), x.size(1), rows == 0 ? 0 : x.numel() / rows};
-    const size_t s = has_weight_ ? 5 : 4;
-    detail::batch_norm_backward_kernel(
-        geom, eps_, c[0], x, c[2], c[3], has_weight_ ? c[4] : Tensor(),
-        has_stat_grads_ ? c[s] : Tensor(), has_stat_grads_ ? c[s + 1] : Tensor(), out[0], out[1],
-        out[2]);
   }
 
   std::vector<Tensor> vjp(const VjpContext&) const override {
@@ -74,8 +60,7 @@ class BatchNormBackwardOp final : public Op {
   }
 
  private:
-  double eps_;
-  bool has_weight_, has_stat_grads_;
+  detail::BatchNormBackwardAttrs a_;
 };
 
 KILN_REGISTER_OP("batch_norm_backward",
@@ -88,6 +73,13 @@ KILN_REGISTER_OP("batch_norm_backward",
                  });
 
 }  // namespace
+
+const detail::BatchNormBackwardAttrs& detail::batch_norm_backward_attrs(const Op& op) {
+  const auto* b = dynamic_cast<const BatchNormBackwardOp*>(&op);
+  KILN_INTERNAL_ASSERT(b != nullptr,
+                       std::string("batch_norm_backward_attrs of op '") + op.name() + "'");
+  return b->backward_attrs();
+}
 
 std::vector<Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                                         const Tensor& var, const Tensor& weight, double eps,

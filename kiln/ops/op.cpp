@@ -1,5 +1,7 @@
 #include "kiln/ops/op.h"
 
+#include "kiln/ops/kernel_table.h"
+
 namespace kiln {
 
 std::vector<Tensor> Op::forward(const std::vector<Tensor>& inputs,
@@ -12,9 +14,14 @@ std::vector<Tensor> Op::forward(const std::vector<Tensor>& inputs,
   return outputs;
 }
 
-void Op::kernel(const std::vector<Tensor>&, const std::vector<Tensor>&) const {
+void Op::kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const {
+  const Device device = !outputs.empty()  ? outputs[0].device()
+                        : !inputs.empty() ? inputs[0].device()
+                                          : kCPU;
+  if (KernelFn fn = find_kernel(*this, device.type)) return fn(*this, inputs, outputs);
   throw InternalError(
-      fmt::format("kiln internal error: op '{}' has neither forward nor kernel", name()));
+      fmt::format("kiln internal error: op '{}' has no kernel for device {} (Note [kernel table])",
+                  name(), device.name()));
 }
 
 std::vector<Tensor> Op::vjp(const VjpContext&) const {

@@ -1,5 +1,6 @@
 #pragma once
-// Private kernels of the norms (norm.cpp, norm_backward.cpp, channel_affine.cpp). batch_norm sees
+// The norms' CPU loops (their ops: kiln/ops/norm.cpp, norm_backward.cpp, channel_affine.cpp; their
+// kernel-table entries: norm_ops.cpp here). batch_norm sees
 // contiguous x as [P, Q, R] = [N, C, spatial], one statistic per channel q over P rows of R.
 // Statistics and gradient sums accumulate in double, per channel in a fixed order (rows in order,
 // a fixed lane split inside a row), so results never depend on the thread count.

@@ -4,7 +4,7 @@
 // in cache. Sums accumulate in double: in float32 every row is summed in eight double lanes (AVX2)
 // whose split depends only on R, then rows are added in order, so the result is the same for any
 // thread count. Other dtypes take the scalar loops.
-#include "kiln/ops/norm_kernels.h"
+#include "kiln/backend/cpu/norm_kernels.h"
 
 #include <immintrin.h>
 

@@ -1,0 +1,36 @@
+#pragma once
+// The per-device kernel table (Note [kernel table]).
+#include <string>
+#include <vector>
+
+#include "kiln/ops/op.h"
+
+namespace kiln {
+
+// Note [kernel table]
+// ~~~~~~~~~~~~~~~~~~~
+// An op's definition (kiln/ops/: name, attrs, infer, vjp) does not say how it computes. Kernels
+// live in a backend folder (kiln/backend/cpu/, ...) and register themselves here under the op's
+// name and a device type; Op::kernel() looks the op up by (name, device of its outputs) and calls
+// the kernel with the op (for its attributes: a kernel casts it to the op's class, declared in
+// the family's header) and the tensors. So a new device, or a graph executor that picks kernels
+// itself, adds or reads entries without editing any op. An op that overrides kernel() or
+// forward() itself has not been moved to a backend yet.
+using KernelFn = void (*)(const Op& op, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& outputs);
+
+// At load time, from a backend file (KILN_REGISTER_KERNEL); two kernels for one (op, device) are
+// an internal error.
+bool register_kernel(const char* op_name, DeviceType device, KernelFn fn);
+// nullptr when the op has no kernel on that device.
+KernelFn find_kernel(const Op& op, DeviceType device);
+// The op names with a kernel on `device`, sorted.
+std::vector<std::string> ops_with_kernels(DeviceType device);
+
+#define KILN_REGISTER_KERNEL(op_name, device, fn)                           \
+  static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) = \
+      ::kiln::register_kernel(op_name, device, fn)
+#define KILN_KERNEL_CONCAT_INNER(a, b) a##b
+#define KILN_KERNEL_CONCAT(a, b) KILN_KERNEL_CONCAT_INNER(a, b)
+
+}  // namespace kiln

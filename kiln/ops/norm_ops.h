@@ -1,0 +1,48 @@
+#pragma once
+// The norm family's shared pieces: what its ops' definitions (norm.cpp, norm_backward.cpp,
+// channel_affine.cpp) and their CPU kernels (kiln/backend/cpu/norm_ops.cpp, Note [kernel table])
+// both need — the geometry and each op's attributes.
+#include "kiln/ops/op.h"
+#include "kiln/ops/reduce.h"
+
+namespace kiln::detail {
+
+enum class NormKind { kBatch, kLayer, kGroup };
+const char* norm_kind_name(NormKind k);  // "batch_norm", "layer_norm", "group_norm"
+
+// Note [norm geometry]: every norm sees contiguous x as [P, Q, R] with parameters (weight, bias)
+// indexed by q:
+//   batch_norm  [N, C, spatial]: one statistic per q, over p and r.
+//   group_norm  [N, C, spatial]: one statistic per (p, group), over the group's contiguous
+//               chunk of Q / G channels times R.
+//   layer_norm  [M, K, 1], G = 1: one statistic per p, over its row of K.
+// For the vjp the same data is viewed with the statistics as reduced dims: `view` is x's view,
+// `reduce` the dims the statistics reduce, `stat_view` the keepdim shape of the statistics and
+// `param_view` the parameters' view, broadcastable against `view`.
+struct NormGeom {
+  int64_t p = 1, q = 1, r = 1, groups = 1;
+  Shape stat_shape;  // shape of the mean / var outputs
+  Shape view, stat_view, param_view;
+  Dims reduce;
+  int64_t count = 1;  // elements per statistic
+};
+
+NormGeom make_norm_geom(NormKind kind, const Shape& x, int64_t groups_or_k);
+
+// The attributes of batch_norm / layer_norm / group_norm (NormOp in norm.cpp).
+struct NormAttrs {
+  NormKind kind = NormKind::kBatch;
+  int64_t groups_or_k = 0;  // num_groups (group_norm) or the rank of normalized_shape (layer_norm)
+  double eps = 1e-5;
+  bool has_weight = false, has_bias = false;
+};
+const NormAttrs& norm_attrs(const Op& op);
+
+// The attributes of batch_norm_backward (norm_backward.cpp).
+struct BatchNormBackwardAttrs {
+  double eps = 1e-5;
+  bool has_weight = false, has_stat_grads = false;
+};
+const BatchNormBackwardAttrs& batch_norm_backward_attrs(const Op& op);
+
+}  // namespace kiln::detail

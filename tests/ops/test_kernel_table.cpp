@@ -1,0 +1,78 @@
+// The per-device kernel table (Note [kernel table]): kernels registered by a backend, found by
+// (op name, device), with clear errors where there is none.
+#include "kiln/ops/kernel_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kiln/ops/dispatcher.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/norm.h"
+#include "tests/support/test_util.h"
+
+namespace kiln {
+namespace {
+
+// An op defined without any kernel: a kernel registered elsewhere (here, below) computes it.
+class TwiceOp final : public Op {
+ public:
+  const char* name() const override { return "test_kernel_table_twice"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), in[0].dtype(), in[0].device()}};
+  }
+};
+
+void twice_kernel(const Op&, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  const std::vector<double> v = in[0].to_vector<double>();
+  double* o = out[0].data<double>();
+  for (size_t i = 0; i < v.size(); ++i) o[i] = 2 * v[i];
+}
+KILN_REGISTER_KERNEL("test_kernel_table_twice", DeviceType::CPU, twice_kernel);
+
+class NoKernelOp final : public Op {
+ public:
+  const char* name() const override { return "test_kernel_table_none"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    return {{in[0].shape(), in[0].dtype(), in[0].device()}};
+  }
+};
+
+TEST(KernelTable, AKernelRegisteredApartFromTheOpComputesIt) {
+  Tensor x = tensor({1.0, 2.5, -3.0}, {DType::Float64});
+  Tensor y = dispatch1(std::make_shared<const TwiceOp>(), {x}, Loc::current());
+  test::expect_values(y, {2.0, 5.0, -6.0});
+  // Meta needs no kernel: the dispatcher makes outputs from infer's metadata.
+  Tensor m = dispatch1(std::make_shared<const TwiceOp>(), {x.to(kMeta)}, Loc::current());
+  EXPECT_TRUE(m.is_meta());
+}
+
+TEST(KernelTable, TheNormFamilyRunsOnTheCpuBackend) {
+  const std::vector<std::string> cpu = ops_with_kernels(DeviceType::CPU);
+  for (const char* op :
+       {"batch_norm", "layer_norm", "group_norm", "channel_affine", "batch_norm_backward"})
+    EXPECT_TRUE(std::find(cpu.begin(), cpu.end(), op) != cpu.end()) << op;
+  EXPECT_TRUE(ops_with_kernels(DeviceType::Meta).empty());
+  Tensor x = tensor({1.0, 3.0, 2.0, 6.0}, {DType::Float64}).reshape({2, 2});
+  test::expect_values(layer_norm(x, {2}, Tensor(), Tensor(), 0.0), {-1, 1, -1, 1}, 1e-12);
+}
+
+TEST(KernelTable, AnOpWithoutAKernelIsAnInternalErrorNamingIt) {
+  Tensor x = tensor({1.0}, {DType::Float64});
+  try {
+    dispatch1(std::make_shared<const NoKernelOp>(), {x}, Loc::current());
+    ADD_FAILURE() << "expected InternalError";
+  } catch (const InternalError& e) {
+    test::expect_contains(e.what(), {"test_kernel_table_none", "no kernel for device cpu"});
+  }
+}
+
+TEST(KernelTable, TwoKernelsForOneOpAndDeviceAreRefused) {
+  EXPECT_THROW(register_kernel("test_kernel_table_twice", DeviceType::CPU, twice_kernel),
+               InternalError);
+}
+
+}  // namespace
+}  // namespace kiln
