@@ -2,8 +2,8 @@
 // pool_backward.cpp; the kernels are in pool_kernels.cpp, Note [pooling kernels]).
 #include "kiln/ops/pool.h"
 
+#include "kiln/backend/cpu/pool_kernels.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/pool_kernels.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln {

@@ -3,11 +3,11 @@
 // the average poolings' backward ops are their transposes (their gradients are the poolings).
 #include <fmt/format.h>
 
+#include "kiln/backend/cpu/pool_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/indexing.h"
 #include "kiln/ops/pool.h"
-#include "kiln/ops/pool_kernels.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 

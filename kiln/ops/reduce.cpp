@@ -5,12 +5,12 @@
 
 #include <functional>
 
+#include "kiln/backend/cpu/reduce_kernels.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/op_factory.h"
-#include "kiln/ops/reduce_kernels.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/backend/cpu/reduce_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/binary.h"
@@ -12,7 +13,6 @@
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/reduce_kernels.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"

@@ -1,6 +1,6 @@
 // The strided reduction kernel behind the primitive reductions of reduce.cpp: one loop
 // (reduce_loop) parameterized by a small reducer struct per op, plus dim normalization.
-#include "kiln/ops/reduce_kernels.h"
+#include "kiln/backend/cpu/reduce_kernels.h"
 
 #include <cmath>
 #include <functional>

@@ -9,7 +9,7 @@
 // results never depend on the thread count; backward kernels scatter within their own plane only.
 // Max pooling with dilation 1 skips the per-element window arithmetic for the windows that lie
 // inside the input (Note [max pooling fast path]), with results identical to the generic loop.
-#include "kiln/ops/pool_kernels.h"
+#include "kiln/backend/cpu/pool_kernels.h"
 
 #include <algorithm>
 #include <atomic>
