@@ -1,21 +1,20 @@
 // Max, average and adaptive average pooling: the forward ops (their gradients are the ops in
-// pool_backward.cpp; the kernels are in pool_kernels.cpp, Note [pooling kernels]).
+// pool_backward.cpp; the kernels are in kiln/backend/cpu/pool_ops.cpp, Note [kernel table], over
+// the loops of kiln/backend/cpu/pool_kernels.cpp, Note [pooling kernels]).
 #include "kiln/ops/pool.h"
 
-#include "kiln/backend/cpu/pool_kernels.h"
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/pool_ops.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln {
 
 namespace {
 
-using detail::adaptive_avg_pool_kernel;
 using detail::avg_from_json;
 using detail::avg_json;
 using detail::avg_options;
 using detail::avg_params;
-using detail::avg_pool_kernel;
 using detail::AvgParams;
 using detail::check_avg_params;
 using detail::check_pool_input;
@@ -23,7 +22,6 @@ using detail::check_pool_params;
 using detail::max_from_json;
 using detail::max_json;
 using detail::max_params;
-using detail::max_pool_kernel;
 using detail::pair_from_json;
 using detail::pair_json;
 using detail::PoolParams;
@@ -34,6 +32,7 @@ class MaxPool2dOp final : public Op {
   // Both public functions run this op (the gradient needs the indices); the name says which one
   // the caller used, so that errors and traces name it.
   MaxPool2dOp(PoolParams p, bool return_indices) : p_(p), return_indices_(return_indices) {}
+  const PoolParams& params() const { return p_; }
   const char* name() const override {
     return return_indices_ ? "max_pool2d_with_indices" : "max_pool2d";
   }
@@ -49,10 +48,6 @@ class MaxPool2dOp final : public Op {
     const Size2 out = check_pool_params(name(), p_, x.size(-2), x.size(-1), x.describe(), loc);
     const Shape shape = with_spatial(x.shape(), out.h, out.w);
     return {{shape, x.dtype(), x.device()}, {shape, DType::Int64, x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    max_pool_kernel(p_, in[0], out[0], out[1]);
   }
 
   // The gradient reads the indices only, not the values.
@@ -72,6 +67,7 @@ class MaxPool2dOp final : public Op {
 class AvgPool2dOp final : public Op {
  public:
   explicit AvgPool2dOp(AvgParams a) : a_(std::move(a)) {}
+  const AvgParams& params() const { return a_; }
   const char* name() const override { return "avg_pool2d"; }
   nlohmann::json attrs() const override { return avg_json(a_); }
 
@@ -81,10 +77,6 @@ class AvgPool2dOp final : public Op {
     check_avg_params(name(), a_, loc);
     const Size2 out = check_pool_params(name(), a_.p, x.size(-2), x.size(-1), x.describe(), loc);
     return {{with_spatial(x.shape(), out.h, out.w), x.dtype(), x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    avg_pool_kernel(a_, in[0], out[0]);
   }
 
   Saves saves() const override { return {false, false}; }
@@ -113,10 +105,6 @@ class AdaptiveAvgPool2dOp final : public Op {
       fail(name(), loc, "expected a positive output_size, but got [{}, {}] for input {}",
            output_size_.h, output_size_.w, x.describe());
     return {{with_spatial(x.shape(), output_size_.h, output_size_.w), x.dtype(), x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    adaptive_avg_pool_kernel(in[0], out[0]);
   }
 
   Saves saves() const override { return {false, false}; }
@@ -149,6 +137,18 @@ KILN_REGISTER_OP("adaptive_avg_pool2d", (OpSchema{{"input"}, {"output"}}),
                  });
 
 }  // namespace
+
+const detail::PoolParams& detail::max_pool_attrs(const Op& op) {
+  const auto* m = dynamic_cast<const MaxPool2dOp*>(&op);
+  KILN_INTERNAL_ASSERT(m != nullptr, std::string("max_pool_attrs of op '") + op.name() + "'");
+  return m->params();
+}
+
+const detail::AvgParams& detail::avg_pool_attrs(const Op& op) {
+  const auto* a = dynamic_cast<const AvgPool2dOp*>(&op);
+  KILN_INTERNAL_ASSERT(a != nullptr, std::string("avg_pool_attrs of op '") + op.name() + "'");
+  return a->params();
+}
 
 namespace {
 

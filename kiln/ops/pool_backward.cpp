@@ -1,13 +1,14 @@
 // The gradients of the pooling ops, as ops of their own so that they are differentiable too:
 // max_pool2d_backward scatters to the argmax positions (its own gradient gathers from them), and
-// the average poolings' backward ops are their transposes (their gradients are the poolings).
+// the average poolings' backward ops are their transposes (their gradients are the poolings). The
+// kernels are in kiln/backend/cpu/pool_ops.cpp (Note [kernel table]).
 #include <fmt/format.h>
 
-#include "kiln/backend/cpu/pool_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/indexing.h"
 #include "kiln/ops/pool.h"
+#include "kiln/ops/pool_ops.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -15,19 +16,16 @@ namespace kiln {
 
 namespace {
 
-using detail::adaptive_avg_pool_backward_kernel;
 using detail::avg_from_json;
 using detail::avg_json;
 using detail::avg_options;
 using detail::avg_params;
-using detail::avg_pool_backward_kernel;
 using detail::AvgParams;
 using detail::check_avg_params;
 using detail::check_grad_spatial;
 using detail::check_input_size;
 using detail::check_pool_input;
 using detail::check_pool_params;
-using detail::max_pool_backward_kernel;
 using detail::pair_from_json;
 using detail::pair_json;
 using detail::with_spatial;
@@ -49,17 +47,6 @@ class MaxPool2dBackwardOp final : public Op {
         {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const int64_t bad = max_pool_backward_kernel(in[0], in[1], out[0]);
-    if (bad < 0) return;
-    const Tensor& indices = in[1];
-    fail(name(), kernel_call_site(),
-         "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at position {} "
-         "of indices {}",
-         input_size_.h * input_size_.w, input_size_.h, input_size_.w,
-         indices.to_vector<int64_t>()[bad], bad, indices.describe());
-  }
-
   // The gradient with respect to grad picks u at every index (a gather); indices get none.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
@@ -75,6 +62,7 @@ class MaxPool2dBackwardOp final : public Op {
 class AvgPool2dBackwardOp final : public Op {
  public:
   AvgPool2dBackwardOp(Size2 input_size, AvgParams a) : input_size_(input_size), a_(std::move(a)) {}
+  const AvgParams& params() const { return a_; }
   const char* name() const override { return "avg_pool2d_backward"; }
   nlohmann::json attrs() const override {
     nlohmann::json j = avg_json(a_);
@@ -93,10 +81,6 @@ class AvgPool2dBackwardOp final : public Op {
                        loc);
     return {
         {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    avg_pool_backward_kernel(a_, in[0], out[0]);
   }
 
   Saves saves() const override { return {false, false}; }
@@ -124,10 +108,6 @@ class AdaptiveAvgPool2dBackwardOp final : public Op {
     check_input_size(name(), input_size_, loc);
     return {
         {with_spatial(grad.shape(), input_size_.h, input_size_.w), grad.dtype(), grad.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    adaptive_avg_pool_backward_kernel(in[0], out[0]);
   }
 
   Saves saves() const override { return {false, false}; }
@@ -159,6 +139,13 @@ KILN_REGISTER_OP("adaptive_avg_pool2d_backward", (OpSchema{{"grad_output"}, {"gr
                  });
 
 }  // namespace
+
+const detail::AvgParams& detail::avg_pool_backward_attrs(const Op& op) {
+  const auto* a = dynamic_cast<const AvgPool2dBackwardOp*>(&op);
+  KILN_INTERNAL_ASSERT(a != nullptr,
+                       std::string("avg_pool_backward_attrs of op '") + op.name() + "'");
+  return a->params();
+}
 
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, Size2 input_size,
                            const Loc& loc) {
