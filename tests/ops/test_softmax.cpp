@@ -6,13 +6,13 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/gradcheck.h"
-#include "kiln/backend/cpu/reduce_kernels.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/softmax.h"
+#include "kiln/ops/softmax_ops.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
