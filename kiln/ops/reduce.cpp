@@ -1,16 +1,16 @@
-// Reductions: the primitive ops (sum, prod, max, min, argmax, argmin) over the strided kernel of
-// reduce_kernels.cpp, and the composites mean and sum_to. var/std/logsumexp/norm live in
-// reduce_stats.cpp.
+// Reductions: the primitive ops (sum, prod, max, min, argmax, argmin), whose CPU kernels are in
+// kiln/backend/cpu/reduce_ops.cpp (Note [kernel table]), and the composites mean and sum_to.
+// var/std/logsumexp/norm live in reduce_stats.cpp.
 #include "kiln/ops/reduce.h"
 
 #include <functional>
 
-#include "kiln/backend/cpu/reduce_kernels.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/op_factory.h"
+#include "kiln/ops/reduce_ops.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -18,6 +18,8 @@ namespace kiln {
 
 namespace {
 
+using detail::ArgReduceAttrs;
+using detail::ReduceAttrs;
 using detail::ReduceDims;
 
 // Gradient-side re-normalization: inputs already passed infer, so errors cannot happen here.
@@ -25,8 +27,8 @@ ReduceDims dims_of(const TensorMeta& m, const Dims& dims, bool keepdim) {
   return detail::normalize_reduce_dims(m.shape, dims, keepdim);
 }
 
-nlohmann::json reduce_attrs(const Dims& dims, bool keepdim) {
-  return {{"dims", dims}, {"keepdim", keepdim}};
+nlohmann::json reduce_json(const ReduceAttrs& a) {
+  return {{"dims", a.dims}, {"keepdim", a.keepdim}};
 }
 
 DType sum_dtype(DType dt) {
@@ -40,20 +42,25 @@ void require_nonempty(const char* op, const Tensor& x, const ReduceDims& rd, con
            x.describe());
 }
 
-class SumOp final : public Op {
+// The ops of dims + keepdim (sum, prod, max, min), so that reduce_attrs() takes one cast.
+class ReduceOp : public Op {
  public:
-  SumOp(Dims dims, bool keepdim) : dims_(std::move(dims)), keepdim_(keepdim) {}
+  explicit ReduceOp(ReduceAttrs a) : a_(std::move(a)) {}
+  const ReduceAttrs& reduce_attrs() const { return a_; }
+  nlohmann::json attrs() const override { return reduce_json(a_); }
+
+ protected:
+  ReduceAttrs a_;
+};
+
+class SumOp final : public ReduceOp {
+ public:
+  SumOp(Dims dims, bool keepdim) : ReduceOp({std::move(dims), keepdim}) {}
   const char* name() const override { return "sum"; }
-  nlohmann::json attrs() const override { return reduce_attrs(dims_, keepdim_); }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, loc);
+    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], a_.dims, a_.keepdim, loc);
     return {{rd.out_shape, sum_dtype(in[0].dtype()), in[0].device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, Loc::current());
-    detail::sum_kernel(in[0], out[0], rd.reduced);
   }
 
   Saves saves() const override { return {false, false}; }
@@ -61,29 +68,19 @@ class SumOp final : public Op {
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
     const TensorMeta& m = ctx.input_metas[0];
-    ReduceDims rd = dims_of(m, dims_, keepdim_);
+    ReduceDims rd = dims_of(m, a_.dims, a_.keepdim);
     return {expand(detail::unsqueeze_reduced(ctx.grads[0], rd), m.shape)};
   }
-
- private:
-  Dims dims_;
-  bool keepdim_;
 };
 
-class ProdOp final : public Op {
+class ProdOp final : public ReduceOp {
  public:
-  ProdOp(Dims dims, bool keepdim) : dims_(std::move(dims)), keepdim_(keepdim) {}
+  ProdOp(Dims dims, bool keepdim) : ReduceOp({std::move(dims), keepdim}) {}
   const char* name() const override { return "prod"; }
-  nlohmann::json attrs() const override { return reduce_attrs(dims_, keepdim_); }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, loc);
+    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], a_.dims, a_.keepdim, loc);
     return {{rd.out_shape, sum_dtype(in[0].dtype()), in[0].device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, Loc::current());
-    detail::prod_kernel(in[0], out[0], rd.reduced);
   }
 
   // Note [prod gradient with zeros]: d prod / d x_i = prod of the others, which y / x_i gives only
@@ -93,7 +90,7 @@ class ProdOp final : public Op {
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
     const Tensor& x = ctx.inputs[0];
-    ReduceDims rd = dims_of(ctx.input_metas[0], dims_, keepdim_);
+    ReduceDims rd = dims_of(ctx.input_metas[0], a_.dims, a_.keepdim);
     Tensor g = detail::unsqueeze_reduced(ctx.grads[0], rd);
     Tensor zero = eq(x, 0.0);
     Tensor nonzero_x = where(zero, 1.0, x);
@@ -103,28 +100,18 @@ class ProdOp final : public Op {
                           where(logical_and(eq(zeros_in_group, 1.0), zero), p, 0.0));
     return {mul(g, factor)};
   }
-
- private:
-  Dims dims_;
-  bool keepdim_;
 };
 
 template <bool kMax>
-class ExtremumOp final : public Op {
+class ExtremumOp final : public ReduceOp {
  public:
-  ExtremumOp(Dims dims, bool keepdim) : dims_(std::move(dims)), keepdim_(keepdim) {}
+  ExtremumOp(Dims dims, bool keepdim) : ReduceOp({std::move(dims), keepdim}) {}
   const char* name() const override { return kMax ? "max" : "min"; }
-  nlohmann::json attrs() const override { return reduce_attrs(dims_, keepdim_); }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, loc);
+    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], a_.dims, a_.keepdim, loc);
     require_nonempty(name(), in[0], rd, loc);
     return {{rd.out_shape, in[0].dtype(), in[0].device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    ReduceDims rd = detail::normalize_reduce_dims(name(), in[0], dims_, keepdim_, Loc::current());
-    detail::extremum_kernel(in[0], out[0], rd.reduced, kMax);
   }
 
   Saves saves() const override { return {true, true}; }
@@ -133,51 +120,43 @@ class ExtremumOp final : public Op {
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
     const Tensor& x = ctx.inputs[0];
-    ReduceDims rd = dims_of(ctx.input_metas[0], dims_, keepdim_);
+    ReduceDims rd = dims_of(ctx.input_metas[0], a_.dims, a_.keepdim);
     Tensor g = detail::unsqueeze_reduced(ctx.grads[0], rd);
     Tensor y = detail::unsqueeze_reduced(ctx.outputs[0], rd);
     Tensor mask = to_dtype(eq(x, y), x.dtype());
     return {div(mul(g, mask), sum(mask, rd.dims, true))};
   }
+};
 
- private:
-  Dims dims_;
-  bool keepdim_;
+// argmax and argmin, so that arg_reduce_attrs() takes one cast.
+class ArgReduceOp : public Op {
+ public:
+  explicit ArgReduceOp(ArgReduceAttrs a) : a_(a) {}
+  const ArgReduceAttrs& arg_reduce_attrs() const { return a_; }
+
+ protected:
+  ArgReduceAttrs a_;
 };
 
 template <bool kMax>
-class ArgExtremumOp final : public Op {
+class ArgExtremumOp final : public ArgReduceOp {
  public:
-  ArgExtremumOp(std::optional<int64_t> dim, bool keepdim) : dim_(dim), keepdim_(keepdim) {}
+  ArgExtremumOp(std::optional<int64_t> dim, bool keepdim) : ArgReduceOp({dim, keepdim}) {}
   const char* name() const override { return kMax ? "argmax" : "argmin"; }
   nlohmann::json attrs() const override {
-    return {{"dim", dim_ ? nlohmann::json(*dim_) : nlohmann::json()}, {"keepdim", keepdim_}};
+    return {{"dim", a_.dim ? nlohmann::json(*a_.dim) : nlohmann::json()}, {"keepdim", a_.keepdim}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    ReduceDims rd = dims(in[0], loc);
-    if (in[0].numel() == 0 && !dim_)
+    ReduceDims rd = detail::arg_reduce_dims(name(), a_, in[0], loc);
+    if (in[0].numel() == 0 && !a_.dim)
       fail(name(), loc, "expected a non-empty input when no dim is given, but got {}",
            in[0].describe());
     require_nonempty(name(), in[0], rd, loc);
     return {{rd.out_shape, DType::Int64, in[0].device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    ReduceDims rd = dims(in[0], Loc::current());
-    detail::arg_extremum_kernel(in[0], out[0], rd.reduced, kMax);
-  }
-
   bool differentiable() const override { return false; }
-
- private:
-  // No dim: the index into the flattened input (keepdim then keeps every dim as 1, like PyTorch).
-  ReduceDims dims(const Tensor& x, const Loc& loc) const {
-    return detail::normalize_reduce_dims(name(), x, dim_ ? Dims{*dim_} : Dims{}, keepdim_, loc);
-  }
-
-  std::optional<int64_t> dim_;
-  bool keepdim_;
 };
 
 template <class O>
@@ -201,6 +180,18 @@ KILN_REGISTER_OP("argmax", kReduceSchema, arg_op<ArgExtremumOp<true>>());
 KILN_REGISTER_OP("argmin", kReduceSchema, arg_op<ArgExtremumOp<false>>());
 
 }  // namespace
+
+const detail::ReduceAttrs& detail::reduce_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const ReduceOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("reduce_attrs of op '") + op.name() + "'");
+  return o->reduce_attrs();
+}
+
+const detail::ArgReduceAttrs& detail::arg_reduce_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const ArgReduceOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("arg_reduce_attrs of op '") + op.name() + "'");
+  return o->arg_reduce_attrs();
+}
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim, const Loc& loc) {
   return call_op<SumOp>({x}, loc, dims, keepdim);

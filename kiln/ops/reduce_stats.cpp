@@ -4,11 +4,11 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/backend/cpu/reduce_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/reduce_ops.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"

@@ -91,8 +91,8 @@ TEST(Reduce, NonContiguousInputs) {
   }
 }
 
-// Note [deterministic reduction] in reduce_kernels.cpp: results are bitwise equal whatever the
-// thread count, on both the per-output and the blocked path.
+// Note [deterministic reduction] in kiln/backend/cpu/reduce_kernels.cpp: results are bitwise equal
+// whatever the thread count, on both the per-output and the blocked path.
 TEST(Reduce, IndependentOfThreadCount) {
   Tensor x = to_dtype(sample_tensor({300, 257}, 5), DType::Float32);
   const int threads = get_num_threads();

@@ -1,47 +1,19 @@
-// The strided reduction kernel behind the primitive reductions of reduce.cpp: one loop
-// (reduce_loop) parameterized by a small reducer struct per op, plus dim normalization.
+// The strided reduction loop behind the primitive reductions (their ops: kiln/ops/reduce.cpp;
+// their kernel-table entries: reduce_ops.cpp here): one loop (reduce_loop) parameterized by a
+// small reducer struct per op.
 #include "kiln/backend/cpu/reduce_kernels.h"
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <type_traits>
 
 #include "kiln/core/parallel.h"
 #include "kiln/ops/loops.h"
-#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 namespace detail {
 
 namespace {
-
-ReduceDims normalize(std::string_view op, const Shape& shape, const Dims& dims, bool keepdim,
-                     const Loc& loc, const std::function<std::string()>& describe) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  ReduceDims rd;
-  rd.reduced.assign(shape.size(), dims.empty());
-  for (int64_t d : dims) {
-    int64_t w = wrap_dim(d, rank, op, loc);
-    if (rank == 0) continue;  // a zero-dim tensor reduces over "dim 0", which it does not have
-    if (rd.reduced[w])
-      fail(op, loc, "expected distinct dims, but got dim {} twice in {} for {}", w, shape_str(dims),
-           describe());
-    rd.reduced[w] = true;
-  }
-  for (int64_t d = 0; d < rank; ++d) {
-    if (rd.reduced[d]) {
-      rd.dims.push_back(d);
-      rd.count *= shape[d];
-      rd.keep_shape.push_back(1);
-      if (keepdim) rd.out_shape.push_back(1);
-    } else {
-      rd.keep_shape.push_back(shape[d]);
-      rd.out_shape.push_back(shape[d]);
-    }
-  }
-  return rd;
-}
 
 // A set of input dims (kept or reduced) collapsed as far as the strides allow, so that loops are
 // long. Collapsing keeps the row-major order of the set, so a running counter over it is still
@@ -251,19 +223,6 @@ struct Extremum {
 };
 
 }  // namespace
-
-ReduceDims normalize_reduce_dims(std::string_view op, const Tensor& x, const Dims& dims,
-                                 bool keepdim, const Loc& loc) {
-  return normalize(op, x.shape(), dims, keepdim, loc, [&] { return x.describe(); });
-}
-
-Tensor unsqueeze_reduced(const Tensor& g, const ReduceDims& rd) {
-  return g.shape() == rd.keep_shape ? g : reshape(g, rd.keep_shape);
-}
-
-ReduceDims normalize_reduce_dims(const Shape& shape, const Dims& dims, bool keepdim) {
-  return normalize("reduce", shape, dims, keepdim, Loc::current(), [] { return std::string(); });
-}
 
 void sum_kernel(const Tensor& x, const Tensor& out, const std::vector<bool>& reduced) {
   run_reduce<SumReducer>(x, out, reduced);
