@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/pool.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/softmax.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {
@@ -57,6 +61,23 @@ TEST(KernelTable, TheNormFamilyRunsOnTheCpuBackend) {
   EXPECT_TRUE(ops_with_kernels(DeviceType::Meta).empty());
   Tensor x = tensor({1.0, 3.0, 2.0, 6.0}, {DType::Float64}).reshape({2, 2});
   test::expect_values(layer_norm(x, {2}, Tensor(), Tensor(), 0.0), {-1, 1, -1, 1}, 1e-12);
+}
+
+TEST(KernelTable, ThePoolReduceAndSoftmaxFamiliesRunOnTheCpuBackend) {
+  const std::vector<std::string> cpu = ops_with_kernels(DeviceType::CPU);
+  for (const char* op :
+       {"max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
+        "max_pool2d_backward", "avg_pool2d_backward", "adaptive_avg_pool2d_backward", "sum", "prod",
+        "max", "min", "argmax", "argmin", "softmax", "log_softmax"})
+    EXPECT_TRUE(std::find(cpu.begin(), cpu.end(), op) != cpu.end()) << op;
+  Tensor x = tensor({1.0, 3.0, 2.0, 6.0}, {DType::Float64}).reshape({2, 2});
+  test::expect_values(sum(x, {1}), {4, 8});
+  test::expect_values(argmax(x, 1), {1, 1});
+  test::expect_values(softmax(x, 1),
+                      {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(-2.0)), 1 / (1 + std::exp(4.0)),
+                       1 / (1 + std::exp(-4.0))},
+                      1e-12);
+  test::expect_values(max_pool2d(x.reshape({1, 2, 2}), 2), {6});
 }
 
 TEST(KernelTable, AnOpWithoutAKernelIsAnInternalErrorNamingIt) {
