@@ -12,10 +12,11 @@ namespace kiln {
 // An op's definition (kiln/ops/: name, attrs, infer, vjp) does not say how it computes. Kernels
 // live in a backend folder (kiln/backend/cpu/, ...) and register themselves here under the op's
 // name and a device type; Op::kernel() looks the op up by (name, device of its outputs) and calls
-// the kernel with the op (for its attributes: a kernel casts it to the op's class, declared in
-// the family's header) and the tensors. So a new device, or a graph executor that picks kernels
-// itself, adds or reads entries without editing any op. An op that overrides kernel() or
-// forward() itself has not been moved to a backend yet.
+// the kernel with the op and the tensors. A kernel reads the op's attributes through the
+// family's header in kiln/ops/ (norm_ops.h, pool_ops.h, ...: a plain struct per op and an
+// accessor), so the op classes stay private to their definition files. So a new device, or a graph
+// executor that picks kernels itself, adds or reads entries without editing any op. An op that
+// overrides kernel() or forward() itself has not been moved to a backend yet.
 using KernelFn = void (*)(const Op& op, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs);
 
