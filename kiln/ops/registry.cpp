@@ -1,21 +1,11 @@
 #include "kiln/ops/registry.h"
 
-#include <cstring>
-
 namespace kiln {
 
 namespace {
 std::vector<OpInfo>& registry() {
   static auto* r = new std::vector<OpInfo>();
   return *r;
-}
-
-// SplitMix64: a tiny well-mixed hash, enough for reproducible sample data.
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 }  // namespace
 
@@ -26,17 +16,6 @@ bool register_op_info(OpInfo info) {
 
 const std::vector<OpInfo>& registered_ops() {
   return registry();
-}
-
-Tensor sample_tensor(Shape shape, uint64_t seed, double low, double high) {
-  Tensor t = empty(std::move(shape), {DType::Float64});
-  double* p = t.data<double>();
-  uint64_t state = seed * 0x2545f4914f6cdd1dull + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double u = static_cast<double>(splitmix(state) >> 11) * 0x1.0p-53;
-    p[i] = low + (high - low) * u;
-  }
-  return t;
 }
 
 }  // namespace kiln

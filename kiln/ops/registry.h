@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/ops/sample_data.h"
 
 namespace kiln {
 
@@ -47,9 +48,6 @@ struct OpInfo {
 // walk the registry and an op added later is covered without editing any test.
 bool register_op_info(OpInfo info);
 const std::vector<OpInfo>& registered_ops();
-
-// Deterministic float64 sample data: uniform in [low, high), keyed by `seed`.
-Tensor sample_tensor(Shape shape, uint64_t seed, double low = -1.0, double high = 1.0);
 
 #define KILN_CONCAT_INNER(a, b) a##b
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
