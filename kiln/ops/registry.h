@@ -1,6 +1,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -46,7 +47,12 @@ struct OpInfo {
 
 // Note [op registry]: every op file registers its op's samples beside its definition, so tests
 // walk the registry and an op added later is covered without editing any test.
-bool register_op_info(OpInfo info);
+// registered_ops() lists the op families in the order of their op files' names (ops/assign.cpp,
+// ops/binary.cpp, ..., optim/sgd.cpp) and a family's ops in declaration order, whichever library
+// or object registers first: the fuzzer draws programs from this order (tests/fuzz/fuzz_gen.py),
+// so a seed keeps meaning the same program when files move. `source_file` is the registering
+// file's __FILE__.
+bool register_op_info(OpInfo info, std::string_view source_file);
 const std::vector<OpInfo>& registered_ops();
 
 #define KILN_CONCAT_INNER(a, b) a##b
@@ -54,11 +60,11 @@ const std::vector<OpInfo>& registered_ops();
 // KILN_REGISTER_OP_SAMPLES("add", [] { return std::vector<OpSample>{...}; });
 #define KILN_REGISTER_OP_SAMPLES(name, ...)                      \
   static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) = \
-      ::kiln::register_op_info({name, __VA_ARGS__})
+      ::kiln::register_op_info({name, __VA_ARGS__}, __FILE__)
 
 // Same, for an op whose results may differ in their last bits between thread counts (say which).
 #define KILN_REGISTER_OP_SAMPLES_THREAD_VARIANT(name, samples, why) \
   static const bool KILN_CONCAT(kiln_op_registered_, __LINE__) =    \
-      ::kiln::register_op_info({name, samples, why})
+      ::kiln::register_op_info({name, samples, why}, __FILE__)
 
 }  // namespace kiln
