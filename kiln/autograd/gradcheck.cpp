@@ -6,7 +6,7 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {

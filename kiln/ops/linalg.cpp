@@ -11,7 +11,6 @@
 #include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
-#include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {
@@ -346,26 +345,5 @@ KILN_REGISTER_OP("bmm", (OpSchema{{"a", "b"}, {"y"}}), no_attrs<BmmOp>());
 Tensor bmm(const Tensor& a, const Tensor& b, const Loc& loc) {
   return call_op<BmmOp>({a, b}, loc);
 }
-
-namespace {
-
-std::vector<OpSample> bmm_samples() {
-  return {
-      {"bmm/basic",
-       {sample_tensor({2, 3, 4}, 21), sample_tensor({2, 4, 5}, 22)},
-       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{bmm(x[0], x[1])}; },
-       "torch.bmm(a0, a1)"},
-      {"bmm/transposed",
-       {sample_tensor({3, 4, 2}, 23), sample_tensor({3, 5, 4}, 24)},
-       [](const std::vector<Tensor>& x) {
-         return std::vector<Tensor>{bmm(transpose(x[0], 1, 2), transpose(x[1], -1, -2))};
-       },
-       "torch.bmm(a0.transpose(1, 2), a1.transpose(-1, -2))"},
-  };
-}
-
-KILN_REGISTER_OP_SAMPLES("bmm", bmm_samples);
-
-}  // namespace
 
 }  // namespace kiln

@@ -1,42 +1,50 @@
 #include "kiln/ops/registry.h"
 
-#include <cstring>
+#include <algorithm>
 
 namespace kiln {
 
 namespace {
-std::vector<OpInfo>& registry() {
-  static auto* r = new std::vector<OpInfo>();
+
+struct Registry {
+  std::vector<OpInfo> ops;
+  std::vector<std::string> families;  // families[i] is the op file ops[i] belongs to
+};
+
+Registry& registry() {
+  static auto* r = new Registry();
   return *r;
 }
 
-// SplitMix64: a tiny well-mixed hash, enough for reproducible sample data.
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+// The op file a registration belongs to: its folder and file name, with a sample file's
+// "_samples" dropped: ".../kiln/ops/conv.cpp" and ".../tests/samples/ops/conv_samples.cpp" are
+// both "ops/conv.cpp" (however the compiler spells the path: absolute, or relative under ccache).
+std::string family_of(std::string_view file) {
+  const size_t name = file.rfind('/');
+  const size_t dir = name == std::string_view::npos || name == 0 ? std::string_view::npos
+                                                                 : file.rfind('/', name - 1);
+  std::string family(file.substr(dir == std::string_view::npos ? 0 : dir + 1));
+  const std::string_view suffix = "_samples.cpp";
+  if (family.ends_with(suffix))
+    family.replace(family.size() - suffix.size(), suffix.size(), ".cpp");
+  return family;
 }
+
 }  // namespace
 
-bool register_op_info(OpInfo info) {
-  registry().push_back(std::move(info));
+bool register_op_info(OpInfo info, std::string_view source_file) {
+  Registry& r = registry();
+  std::string family = family_of(source_file);
+  // After every op of an earlier or the same family: a file's ops keep their declaration order.
+  const auto at = std::upper_bound(r.families.begin(), r.families.end(), family);
+  const auto i = at - r.families.begin();
+  r.families.insert(at, std::move(family));
+  r.ops.insert(r.ops.begin() + i, std::move(info));
   return true;
 }
 
 const std::vector<OpInfo>& registered_ops() {
-  return registry();
-}
-
-Tensor sample_tensor(Shape shape, uint64_t seed, double low, double high) {
-  Tensor t = empty(std::move(shape), {DType::Float64});
-  double* p = t.data<double>();
-  uint64_t state = seed * 0x2545f4914f6cdd1dull + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double u = static_cast<double>(splitmix(state) >> 11) * 0x1.0p-53;
-    p[i] = low + (high - low) * u;
-  }
-  return t;
+  return registry().ops;
 }
 
 }  // namespace kiln

@@ -6,7 +6,6 @@
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
-#include "kiln/ops/registry.h"
 #include "kiln/ops/unary.h"
 
 namespace kiln {
@@ -55,21 +54,5 @@ Tensor relu_backward(const Tensor& grad, const Tensor& x, const Loc& loc) {
   static const OpPtr op = std::make_shared<const ReluBackwardOp>();
   return dispatch1(op, {grad, x}, loc);
 }
-
-namespace {
-
-KILN_REGISTER_OP_SAMPLES("relu_backward", [] {
-  auto call = [](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{relu_backward(in[0], in[1])};
-  };
-  const std::string torch = "torch.ops.aten.threshold_backward(a0, a1, 0)";
-  return std::vector<OpSample>{
-      {"matrix", {sample_tensor({3, 4}, 21), sample_tensor({3, 4}, 22)}, call, torch},
-      {"transposed", {sample_tensor({4, 3}, 23).t(), sample_tensor({3, 4}, 24)}, call, torch},
-      {"zero_dim", {sample_tensor({}, 25), sample_tensor({}, 26, 0.2, 1)}, call, torch},
-  };
-});
-
-}  // namespace
 
 }  // namespace kiln

@@ -85,13 +85,6 @@ void adagrad_kernel(const Attrs& a, const std::vector<Tensor>& t) {
 
 const bool adagrad_registered = detail::register_update_op("adagrad_update", adagrad_kernel);
 
-KILN_REGISTER_OP_SAMPLES("adagrad_update", [] {
-  return std::vector<OpSample>{
-      detail::update_sample("lr_decay", [](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
-        return std::make_unique<Adagrad>(std::move(p), AdagradOptions{.lr_decay = 0.1});
-      })};
-});
-
 }  // namespace
 
 }  // namespace kiln::optim

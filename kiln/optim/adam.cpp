@@ -130,24 +130,6 @@ void adam_kernel(const Attrs& a, const std::vector<Tensor>& t) {
 
 const bool adam_registered = detail::register_update_op("adam_update", adam_kernel);
 
-KILN_REGISTER_OP_SAMPLES("adam_update", [] {
-  using detail::update_sample;
-  auto adam = [](AdamOptions o) {
-    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<Adam>(std::move(p), o);
-    };
-  };
-  return std::vector<OpSample>{
-      update_sample("default", adam({})),
-      update_sample("amsgrad_weight_decay",
-                    adam({.lr = 0.01, .weight_decay = 0.1, .amsgrad = true})),
-      update_sample("adamw",
-                    [](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
-                      return std::make_unique<AdamW>(std::move(p), AdamWOptions{});
-                    }),
-  };
-});
-
 }  // namespace
 
 }  // namespace kiln::optim

@@ -108,18 +108,6 @@ void rmsprop_kernel(const Attrs& at, const std::vector<Tensor>& t) {
 
 const bool rmsprop_registered = detail::register_update_op("rmsprop_update", rmsprop_kernel);
 
-KILN_REGISTER_OP_SAMPLES("rmsprop_update", [] {
-  auto rms = [](RMSpropOptions o) {
-    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<RMSprop>(std::move(p), o);
-    };
-  };
-  return std::vector<OpSample>{
-      detail::update_sample("plain", rms({})),
-      detail::update_sample("centered_momentum", rms({.momentum = 0.9, .centered = true})),
-  };
-});
-
 }  // namespace
 
 }  // namespace kiln::optim

@@ -101,20 +101,6 @@ void sgd_kernel(const Attrs& a, const std::vector<Tensor>& t) {
 
 const bool sgd_registered = detail::register_update_op("sgd_update", sgd_kernel);
 
-KILN_REGISTER_OP_SAMPLES("sgd_update", [] {
-  auto sgd = [](SGDOptions o) {
-    return [o](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<SGD>(std::move(p), o);
-    };
-  };
-  return std::vector<OpSample>{
-      detail::update_sample("plain", sgd({.lr = 0.1})),
-      detail::update_sample(
-          "nesterov_weight_decay",
-          sgd({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true})),
-  };
-});
-
 }  // namespace
 
 }  // namespace kiln::optim

@@ -7,16 +7,12 @@
 // and a declared write of every input but the gradient (Note [effects]). So a mode that sees the
 // op stream sees the parameter updates, and a recorded update rebuilt from its attrs does the same
 // arithmetic. The kernels are each optimizer's fused loop (Note [optimizer parity]).
-#include <functional>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/ops/op_factory.h"
-#include "kiln/ops/registry.h"
-#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim::detail {
 
@@ -30,10 +26,5 @@ bool register_update_op(const char* name, UpdateKernel kernel);
 // Dispatches an update: writes tensors[0] (the parameter) and tensors[2...] in place.
 void run_update(const char* name, nlohmann::json attrs, const std::vector<Tensor>& tensors,
                 const Loc& loc);
-
-// A registry sample for an update op: three steps of the optimizer `make` builds for a copy of
-// inputs[0], with gradient inputs[1] (scaled by the step number); returns the parameter.
-OpSample update_sample(std::string label,
-                       std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>)> make);
 
 }  // namespace kiln::optim::detail

@@ -12,7 +12,7 @@
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/unary.h"
 #include "tests/support/op_recorder.h"
 #include "tests/support/test_util.h"

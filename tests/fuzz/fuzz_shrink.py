@@ -178,8 +178,8 @@ def _cpp_float(v):
 def to_cpp(program, kiln_inputs, catalog_by_id):
     """The program as kiln C++ (a GoogleTest body): inputs as literal storage plus geometry, each
     call through the registry sample the fuzzer drew (its `fn` is the public-API call)."""
-    lines = ["// Needs kiln/kiln.h, kiln/ops/registry.h and tests/fuzz/program.h (the registry's",
-             "// samples by id); link tests/fuzz/program.cpp.",
+    lines = ["// Needs kiln/kiln.h, tests/samples/registry.h and tests/fuzz/program.h (the",
+             "// registry's samples by id); link tests/fuzz/program.cpp and kiln_op_samples.",
              "kiln::fuzz::Catalog catalog;",
              "auto call = [&](const char* id, std::vector<kiln::Tensor> in) {",
              "  return catalog.sample(id).fn(in);",

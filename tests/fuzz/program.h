@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "kiln/ops/registry.h"
+#include "tests/samples/registry.h"
 
 namespace kiln::fuzz {
 

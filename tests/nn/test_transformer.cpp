@@ -15,7 +15,7 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 #include "tests/nn/torch_nn_reference.h"

@@ -15,7 +15,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "tests/support/source_file.h"
 #include "tests/support/torch_runner.h"
 

@@ -7,7 +7,7 @@
 
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/kiln.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

@@ -16,7 +16,7 @@
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/profiler.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
 #include "tests/support/op_recorder.h"

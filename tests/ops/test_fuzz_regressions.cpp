@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kiln/kiln.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 
 namespace kiln {
 namespace {

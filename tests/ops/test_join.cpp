@@ -5,7 +5,7 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/join.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 #include "tests/support/test_util.h"
 

@@ -10,7 +10,7 @@
 #include "kiln/ops/factories.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 #include "tests/support/test_util.h"
 

@@ -11,10 +11,10 @@
 #include "kiln/ops/factories.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/reduce.h"
-#include "kiln/ops/registry.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/softmax.h"
 #include "kiln/ops/unary.h"
+#include "tests/samples/registry.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

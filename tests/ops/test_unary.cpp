@@ -9,7 +9,7 @@
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "tests/support/op_recorder.h"
 #include "tests/support/test_util.h"
 

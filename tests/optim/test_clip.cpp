@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kiln/ops/factories.h"
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/optim/clip.h"
 #include "tests/optim/torch_reference.h"
 #include "tests/support/test_util.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/ops/registry.h"
+#include "kiln/ops/sample_data.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/optim/adagrad.h"
 #include "kiln/optim/adam.h"

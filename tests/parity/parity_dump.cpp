@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/kiln.h"
-#include "kiln/ops/registry.h"
+#include "tests/samples/registry.h"
 #include "tests/support/tensor_json.h"
 
 namespace kiln {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/ops/registry.h"
+#include "tests/samples/registry.h"
 
 namespace kiln::test {
 
