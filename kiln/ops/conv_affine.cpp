@@ -2,7 +2,7 @@
 // shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks.
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
+#include "kiln/backend/onednn/conv_kernels.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/registry.h"

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
+#include "kiln/backend/onednn/conv_kernels.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/registry.h"
 

@@ -8,7 +8,7 @@
 
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/dnnl_utils.h"
+#include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/registry.h"

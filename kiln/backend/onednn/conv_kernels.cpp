@@ -1,10 +1,11 @@
 // The convolution kernels, the entry points the conv ops call: float32 (and 16-bit floats,
 // computed in float32) through one oneDNN runner that takes each operand from the right place
 // (the caches, a pending blocked form, or a reorder) and runs the pass; float64 through the
-// reference loops. Geometry and checks are in conv_geometry.cpp, attributes in conv_attrs.cpp,
-// primitives in conv_primitives.cpp, caches in conv_weight_cache.cpp, deferral in
-// conv_blocked_activation.cpp, the loops in conv_reference.cpp.
-#include "kiln/ops/conv_kernels.h"
+// reference loops. Geometry and checks are in kiln/ops/conv_geometry.cpp, attributes in
+// kiln/ops/conv_attrs.cpp; here: primitives in conv_primitives.cpp, caches in
+// conv_weight_cache.cpp, deferral in conv_blocked_activation.cpp; the loops in
+// kiln/backend/cpu/conv_reference.cpp.
+#include "kiln/backend/onednn/conv_kernels.h"
 
 #include <cstring>
 #include <memory>
@@ -13,11 +14,11 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
-#include "kiln/ops/conv_blocked_activation.h"
-#include "kiln/ops/conv_primitives.h"
-#include "kiln/ops/conv_reference.h"
-#include "kiln/ops/conv_weight_cache.h"
-#include "kiln/ops/dnnl_utils.h"
+#include "kiln/backend/onednn/conv_blocked_activation.h"
+#include "kiln/backend/onednn/conv_primitives.h"
+#include "kiln/backend/cpu/conv_reference.h"
+#include "kiln/backend/onednn/conv_weight_cache.h"
+#include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/shape_ops.h"

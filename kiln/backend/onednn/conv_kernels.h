@@ -1,8 +1,8 @@
 #pragma once
 // Private entry header of the convolution family (conv.cpp, conv_affine.cpp, conv_backward.cpp):
 // the fused epilogue, the output layout and kernel choice of a forward, and the kernels. It
-// includes the geometry and checks (conv_geometry.h) and the attributes and policy
-// (conv_attrs.h) that the ops share.
+// includes the geometry and checks (kiln/ops/conv_geometry.h) and the attributes and policy
+// (kiln/ops/conv_attrs.h) that the ops share.
 #include <string>
 
 #include "kiln/core/tensor.h"
