@@ -16,6 +16,16 @@ namespace kiln {
 // the family's header) and the tensors. So a new device, or a graph executor that picks kernels
 // itself, adds or reads entries without editing any op. An op that overrides kernel() or
 // forward() itself has not been moved to a backend yet.
+//
+// The table holds kernels only, never a forward(): a kernel writes into the outputs the
+// dispatcher allocated from infer's metadata (shape, dtype, layout). Where a backend keeps an
+// output in a layout of its own (oneDNN's blocked nChw8c, Note [blocked activations]), it does so
+// inside that output's storage (Note [deferred contents]), so no op needs to allocate its outputs
+// itself and no copy or allocation is added. Where a definition needs an answer only the backend
+// can give (a convolution's output layout, which epilogue fuses), the family header declares a
+// small query that the backend registers beside its kernels (Note [conv planner] in
+// conv_ops.h). Kernels of the convolution family and bmm are in kiln/backend/onednn/ (the float64
+// loops they fall back on in kiln/backend/cpu/), the norm family's in kiln/backend/cpu/.
 using KernelFn = void (*)(const Op& op, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs);
 
