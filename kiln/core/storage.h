@@ -14,10 +14,11 @@ namespace kiln {
 
 // Note [deferred contents]: a producer may leave a storage's memory unwritten and attach what it
 // holds in another form (a oneDNN blocked layout, Note [blocked activations] in
-// ops/conv_blocked_activation.cpp). The first data() call, whoever makes it, writes the plain
-// contents (once, under a lock) and drops the other form, so every reader and writer of the memory
-// sees ordinary contents. A consumer that understands the other form can take it from deferred()
-// without calling data(), and the plain contents are then never written if nobody else reads them.
+// backend/onednn/conv_blocked_activation.cpp). The first data() call, whoever makes it, writes the
+// plain contents (once, under a lock) and drops the other form, so every reader and writer of the
+// memory sees ordinary contents. A consumer that understands the other form can take it from
+// deferred() without calling data(), and the plain contents are then never written if nobody else
+// reads them.
 class DeferredContents {
  public:
   virtual ~DeferredContents() = default;

@@ -1,12 +1,13 @@
 // conv2d (the primitive, with a fused bias). conv_transpose2d is in conv_transpose.cpp, the
-// backward ops in conv_backward.cpp, the kernels in conv_kernels.cpp.
+// backward ops in conv_backward.cpp; the kernels are in kiln/backend/onednn/conv_ops.cpp (Note
+// [kernel table]).
 #include "kiln/ops/conv.h"
 
 #include <fmt/format.h>
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
-#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/conv_ops.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -93,27 +94,23 @@ Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w)
   return batched ? Shape{n, c, h, w} : Shape{c, h, w};
 }
 
-// The policy's algorithm is options_.algorithm; purpose_ is what conv2d() resolved.
+// The policy's algorithm is options.algorithm; purpose is what conv2d() resolved.
 class Conv2dOp final : public Op {
  public:
-  Conv2dOp(Conv2dOptions options, detail::ConvPurpose purpose)
-      : options_(std::move(options)), purpose_(purpose) {}
+  Conv2dOp(Conv2dOptions options, detail::ConvPurpose purpose) : a_{std::move(options), purpose} {}
+  const detail::Conv2dAttrs& conv2d_attrs() const { return a_; }
   const char* name() const override { return "conv2d"; }
-  nlohmann::json attrs() const override { return detail::conv_forward_attrs(options_, purpose_); }
+  nlohmann::json attrs() const override {
+    return detail::conv_forward_attrs(a_.options, a_.purpose);
+  }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
     const ConvGeometry g = detail::checked_conv2d_geometry(
-        name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), options_, loc);
+        name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), a_.options, loc);
     // The output's layout follows the primitive (Note [channels-last]).
     return {{activation_shape(x.dim() == 4, g.n, g.o, g.oh, g.ow), x.dtype(), x.device(),
-             detail::conv_output_format(g, policy(), x, in.size() > 2)}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    detail::conv_forward_kernel(g, policy(), in[0], in[1], in.size() > 2 ? in[2] : Tensor(),
-                                out[0]);
+             detail::conv_output_format(g, a_.policy(), x, in.size() > 2)}};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -134,18 +131,15 @@ class Conv2dOp final : public Op {
     const Shape &xs = ctx.input_metas[0].shape, &ws = ctx.input_metas[1].shape;
     std::vector<Tensor> grads(ctx.input_metas.size());
     if (ctx.needs_grad[0])
-      grads[0] = conv2d_backward_input(g, w, {xs[xs.size() - 2], xs.back()}, options_);
-    if (ctx.needs_grad[1]) grads[1] = conv2d_backward_weight(x, g, {ws[2], ws[3]}, options_);
+      grads[0] = conv2d_backward_input(g, w, {xs[xs.size() - 2], xs.back()}, a_.options);
+    if (ctx.needs_grad[1]) grads[1] = conv2d_backward_weight(x, g, {ws[2], ws[3]}, a_.options);
     if (grads.size() > 2 && ctx.needs_grad[2])
       grads[2] = g.dim() == 4 ? sum(g, {0, 2, 3}) : sum(g, {1, 2});
     return grads;
   }
 
  private:
-  detail::ConvPolicy policy() const { return {options_.algorithm, purpose_}; }
-
-  Conv2dOptions options_;
-  detail::ConvPurpose purpose_;
+  detail::Conv2dAttrs a_;
 };
 
 KILN_REGISTER_OP("conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
@@ -156,6 +150,12 @@ KILN_REGISTER_OP("conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
                  });
 
 }  // namespace
+
+const detail::Conv2dAttrs& detail::conv2d_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const Conv2dOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr, std::string("conv2d_attrs of op '") + op.name() + "'");
+  return c->conv2d_attrs();
+}
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options, const Loc& loc) {

@@ -56,9 +56,10 @@ class Padding {
 // ~~~~~~~~~~~~~~~~~~~~~
 // Which kernel a forward convolution runs is the caller's explicit policy, never a function of
 // grad mode read by the kernel (DESIGN.md: an op means the same thing in every mode):
-//   - kAuto (the default): Winograd (Note [conv winograd] in conv_primitives.h) for inference of a
-//     batch (more than one image) of float32 3x3, stride-1, dilation-1, ungrouped convolutions
-//     with at least 16 input channels; the direct kernels everywhere else.
+//   - kAuto (the default): Winograd (Note [conv winograd] in
+//     kiln/backend/onednn/conv_primitives.h) for inference of a batch (more than one image) of
+//     float32 3x3, stride-1, dilation-1, ungrouped convolutions with at least 16 input channels;
+//     the direct kernels everywhere else.
 //   - kDirect: never Winograd (oneDNN's direct/brgemm kernels, or the float64 reference loops).
 //   - kWinograd: Winograd for every float32 convolution that oneDNN has a Winograd kernel for,
 //     whatever the batch, channel count or purpose. Where it has none (other kernel sizes,

@@ -1,8 +1,9 @@
 // conv2d_affine: a convolution with its inference epilogue fused (Note [conv epilogue]), the
-// shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks.
+// shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks. Its
+// kernel is in kiln/backend/onednn/conv_ops.cpp (Note [kernel table]).
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/conv_ops.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/shape_ops.h"
@@ -21,11 +22,12 @@ using detail::short_desc;
 class Conv2dAffineOp final : public Op {
  public:
   Conv2dAffineOp(Conv2dOptions options, detail::ConvPurpose purpose, bool relu)
-      : options_(std::move(options)), purpose_(purpose), relu_(relu) {}
+      : a_{std::move(options), purpose, relu} {}
+  const detail::Conv2dAffineAttrs& conv2d_affine_attrs() const { return a_; }
   const char* name() const override { return "conv2d_affine"; }
   nlohmann::json attrs() const override {
-    nlohmann::json a = detail::conv_forward_attrs(options_, purpose_);
-    a["relu"] = relu_;
+    nlohmann::json a = detail::conv_forward_attrs(a_.options, a_.purpose);
+    a["relu"] = a_.relu;
     return a;
   }
 
@@ -34,7 +36,7 @@ class Conv2dAffineOp final : public Op {
     if (x.dim() != 4)
       fail(name(), loc, "expected input of rank 4 (N,C,H,W), but got {}", x.describe());
     const ConvGeometry g =
-        detail::checked_conv2d_geometry(name(), x, in[1], Tensor(), options_, loc);
+        detail::checked_conv2d_geometry(name(), x, in[1], Tensor(), a_.options, loc);
     for (size_t i = 2; i < 4; ++i)
       if (in[i].shape() != Shape{g.o} || in[i].dtype() != x.dtype())
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (weight {}), but got {}",
@@ -45,20 +47,9 @@ class Conv2dAffineOp final : public Op {
       fail(name(), loc, "expected residual of shape {} and dtype {} (the output's), but got {}",
            shape_str(out), dtype_name(x.dtype()), in[4].describe());
     // The output's layout follows the primitive (Note [channels-last]).
-    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, policy(), x, epilogue(in));
+    const detail::ConvEpilogue fused = detail::fusable_epilogue(g, a_.policy(), x, a_.epilogue(in));
     return {
-        {out, x.dtype(), x.device(), detail::conv_output_format(g, policy(), x, false, &fused)}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const ConvGeometry g = *detail::conv_geometry(in[0].shape(), in[1].shape(), options_);
-    const detail::ConvEpilogue ep = epilogue(in);
-    detail::conv_epilogue_forward_kernel(g, policy(), in[0], in[1], ep,
-                                         detail::fusable_epilogue(g, policy(), in[0], ep), out[0]);
-  }
-
-  detail::ConvEpilogue epilogue(const std::vector<Tensor>& in) const {
-    return {in[2], in[3], in.size() > 4 ? in[4] : Tensor(), relu_};
+        {out, x.dtype(), x.device(), detail::conv_output_format(g, a_.policy(), x, false, &fused)}};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -69,11 +60,7 @@ class Conv2dAffineOp final : public Op {
   bool differentiable() const override { return false; }
 
  private:
-  detail::ConvPolicy policy() const { return {options_.algorithm, purpose_}; }
-
-  Conv2dOptions options_;
-  detail::ConvPurpose purpose_;
-  bool relu_;
+  detail::Conv2dAffineAttrs a_;
 };
 
 // The definition, in public ops: differentiable, and what the fused op must equal.
@@ -93,6 +80,12 @@ KILN_REGISTER_OP("conv2d_affine",
                  });
 
 }  // namespace
+
+const detail::Conv2dAffineAttrs& detail::conv2d_affine_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const Conv2dAffineOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr, std::string("conv2d_affine_attrs of op '") + op.name() + "'");
+  return c->conv2d_affine_attrs();
+}
 
 Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& scale,
                      const Tensor& shift, const Tensor& residual, bool relu_after,

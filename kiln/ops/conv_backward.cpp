@@ -1,5 +1,6 @@
 // The two gradients of conv2d as ops of their own: conv2d_backward_input (also the definition of
-// conv_transpose2d) and conv2d_backward_weight.
+// conv_transpose2d) and conv2d_backward_weight. Their kernels are in
+// kiln/backend/onednn/conv_ops.cpp (Note [kernel table]).
 //
 // Note [conv gradients]: with y = conv2d(x, w), the three ops are the three ways of contracting
 // one bilinear form <g, conv2d(x, w)> = <conv2d_backward_input(g, w), x>
@@ -8,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
+#include "kiln/ops/conv_ops.h"
 #include "kiln/ops/dispatcher.h"
 
 namespace kiln {
@@ -17,16 +18,6 @@ namespace {
 
 using detail::ConvGeometry;
 using detail::short_desc;
-
-Shape activation_shape(bool batched, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return batched ? Shape{n, c, h, w} : Shape{c, h, w};
-}
-
-// The shape of the conv2d input whose gradient conv2d_backward_input(grad, w) is.
-Shape input_shape(const Tensor& grad, const Shape& w, int64_t groups, Size2 size) {
-  return activation_shape(grad.dim() == 4, grad.dim() == 4 ? grad.size(0) : 1, w[1] * groups,
-                          size.h, size.w);
-}
 
 // grad must have the spatial size that conv2d gives for geometry g.
 void check_grad_size(const char* op, const Tensor& grad, const ConvGeometry& g,
@@ -41,43 +32,39 @@ void check_grad_size(const char* op, const Tensor& grad, const ConvGeometry& g,
 class Conv2dBackwardInputOp final : public Op {
  public:
   Conv2dBackwardInputOp(Size2 input_size, Conv2dOptions options)
-      : input_size_(input_size), options_(std::move(options)) {}
+      : a_{input_size, std::move(options)} {}
+  const detail::Conv2dBackwardInputAttrs& backward_input_attrs() const { return a_; }
   const char* name() const override { return "conv2d_backward_input"; }
   nlohmann::json attrs() const override {
-    nlohmann::json a = detail::conv_attrs(options_);
-    a["input_size"] = {input_size_.h, input_size_.w};
+    nlohmann::json a = detail::conv_attrs(a_.options);
+    a["input_size"] = {a_.input_size.h, a_.input_size.w};
     return a;
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &grad = in[0], &w = in[1];
-    detail::check_conv_options(name(), options_, loc);
+    detail::check_conv_options(name(), a_.options, loc);
     detail::check_activation(name(), "grad", grad, Tensor(), loc);
     detail::check_weight(name(), w, "(O,C/groups,kH,kW)", grad, loc);
-    if (input_size_.h <= 0 || input_size_.w <= 0)
-      fail(name(), loc, "expected a positive input_size, but got [{}, {}] (grad {})", input_size_.h,
-           input_size_.w, grad.describe());
-    if (w.size(0) % options_.groups != 0)
+    if (a_.input_size.h <= 0 || a_.input_size.w <= 0)
+      fail(name(), loc, "expected a positive input_size, but got [{}, {}] (grad {})",
+           a_.input_size.h, a_.input_size.w, grad.describe());
+    if (w.size(0) % a_.options.groups != 0)
       fail(name(), loc,
            "expected the weight's {} output channels to be divisible by groups {}, but got {}",
-           w.size(0), options_.groups, w.describe());
+           w.size(0), a_.options.groups, w.describe());
     if (grad.size(-3) != w.size(0))
       fail(name(), loc, "expected grad with {} channels (weight {}), but got {}", w.size(0),
            short_desc(w), short_desc(grad));
-    const Shape xs = input_shape(grad, w.shape(), options_.groups, input_size_);
+    const Shape xs =
+        detail::conv_backward_input_shape(grad, w.shape(), a_.options.groups, a_.input_size);
     const std::string operands = "grad " + short_desc(grad) + " and weight " + short_desc(w);
-    std::optional<ConvGeometry> g = detail::conv_geometry(xs, w.shape(), options_);
+    std::optional<ConvGeometry> g = detail::conv_geometry(xs, w.shape(), a_.options);
     if (!g)
-      detail::fail_kernel_fit(name(), input_size_.h, input_size_.w, w.size(2), w.size(3), options_,
-                              operands, loc);
+      detail::fail_kernel_fit(name(), a_.input_size.h, a_.input_size.w, w.size(2), w.size(3),
+                              a_.options, operands, loc);
     check_grad_size(name(), grad, *g, "weight " + short_desc(w), loc);
     return {{xs, grad.dtype(), grad.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const Shape xs = input_shape(in[0], in[1].shape(), options_.groups, input_size_);
-    const ConvGeometry g = *detail::conv_geometry(xs, in[1].shape(), options_);
-    detail::conv_backward_data_kernel(g, in[0], in[1], out[0]);
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>&) const override {
@@ -88,36 +75,36 @@ class Conv2dBackwardInputOp final : public Op {
     const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1], &u = ctx.grads[0];
     const Shape& ws = ctx.input_metas[1].shape;
     Tensor g_grad, g_weight;
-    if (ctx.needs_grad[0]) g_grad = conv2d(u, w, Tensor(), options_);
-    if (ctx.needs_grad[1]) g_weight = conv2d_backward_weight(u, grad, {ws[2], ws[3]}, options_);
+    if (ctx.needs_grad[0]) g_grad = conv2d(u, w, Tensor(), a_.options);
+    if (ctx.needs_grad[1]) g_weight = conv2d_backward_weight(u, grad, {ws[2], ws[3]}, a_.options);
     return {g_grad, g_weight};
   }
 
  private:
-  Size2 input_size_;
-  Conv2dOptions options_;
+  detail::Conv2dBackwardInputAttrs a_;
 };
 
 class Conv2dBackwardWeightOp final : public Op {
  public:
   Conv2dBackwardWeightOp(Size2 kernel_size, Conv2dOptions options)
-      : kernel_size_(kernel_size), options_(std::move(options)) {}
+      : a_{kernel_size, std::move(options)} {}
+  const detail::Conv2dBackwardWeightAttrs& backward_weight_attrs() const { return a_; }
   const char* name() const override { return "conv2d_backward_weight"; }
   nlohmann::json attrs() const override {
-    nlohmann::json a = detail::conv_attrs(options_);
-    a["kernel_size"] = {kernel_size_.h, kernel_size_.w};
+    nlohmann::json a = detail::conv_attrs(a_.options);
+    a["kernel_size"] = {a_.kernel_size.h, a_.kernel_size.w};
     return a;
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &grad = in[1];
-    detail::check_conv_options(name(), options_, loc);
+    detail::check_conv_options(name(), a_.options, loc);
     detail::check_activation(name(), "input", x, Tensor(), loc);
     detail::check_activation(name(), "grad", grad, x, loc);
-    const int64_t groups = options_.groups;
-    if (kernel_size_.h <= 0 || kernel_size_.w <= 0)
-      fail(name(), loc, "expected a positive kernel_size, but got [{}, {}]", kernel_size_.h,
-           kernel_size_.w);
+    const int64_t groups = a_.options.groups;
+    if (a_.kernel_size.h <= 0 || a_.kernel_size.w <= 0)
+      fail(name(), loc, "expected a positive kernel_size, but got [{}, {}]", a_.kernel_size.h,
+           a_.kernel_size.w);
     const std::string operands = "input " + short_desc(x) + " and grad " + short_desc(grad);
     if (grad.dim() != x.dim() || (x.dim() == 4 && grad.size(0) != x.size(0)))
       fail(name(), loc, "expected input and grad with the same batch dims, but got {}", operands);
@@ -125,18 +112,12 @@ class Conv2dBackwardWeightOp final : public Op {
       fail(name(), loc, "expected input and grad channels divisible by groups {}, but got {}",
            groups, operands);
     const Shape ws = weight_shape(x, grad);
-    std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), ws, options_);
+    std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), ws, a_.options);
     if (!g)
-      detail::fail_kernel_fit(name(), x.size(-2), x.size(-1), ws[2], ws[3], options_, operands,
+      detail::fail_kernel_fit(name(), x.size(-2), x.size(-1), ws[2], ws[3], a_.options, operands,
                               loc);
     check_grad_size(name(), grad, *g, "input " + short_desc(x), loc);
     return {{ws, x.dtype(), x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const ConvGeometry g =
-        *detail::conv_geometry(in[0].shape(), weight_shape(in[0], in[1]), options_);
-    detail::conv_backward_weights_kernel(g, in[0], in[1], out[0]);
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -148,18 +129,17 @@ class Conv2dBackwardWeightOp final : public Op {
     const Shape& xs = ctx.input_metas[0].shape;
     Tensor g_input, g_grad;
     if (ctx.needs_grad[0])
-      g_input = conv2d_backward_input(grad, u, {xs[xs.size() - 2], xs.back()}, options_);
-    if (ctx.needs_grad[1]) g_grad = conv2d(x, u, Tensor(), options_);
+      g_input = conv2d_backward_input(grad, u, {xs[xs.size() - 2], xs.back()}, a_.options);
+    if (ctx.needs_grad[1]) g_grad = conv2d(x, u, Tensor(), a_.options);
     return {g_input, g_grad};
   }
 
  private:
   Shape weight_shape(const Tensor& x, const Tensor& grad) const {
-    return {grad.size(-3), x.size(-3) / options_.groups, kernel_size_.h, kernel_size_.w};
+    return detail::conv_backward_weight_shape(x, grad, a_.options.groups, a_.kernel_size);
   }
 
-  Size2 kernel_size_;
-  Conv2dOptions options_;
+  detail::Conv2dBackwardWeightAttrs a_;
 };
 
 Size2 size2_attr(const Attrs& a, const char* key) {
@@ -180,6 +160,20 @@ KILN_REGISTER_OP("conv2d_backward_weight", (OpSchema{{"input", "grad_output"}, {
                  });
 
 }  // namespace
+
+const detail::Conv2dBackwardInputAttrs& detail::conv2d_backward_input_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const Conv2dBackwardInputOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr,
+                       std::string("conv2d_backward_input_attrs of op '") + op.name() + "'");
+  return c->backward_input_attrs();
+}
+
+const detail::Conv2dBackwardWeightAttrs& detail::conv2d_backward_weight_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const Conv2dBackwardWeightOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr,
+                       std::string("conv2d_backward_weight_attrs of op '") + op.name() + "'");
+  return c->backward_weight_attrs();
+}
 
 Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, Size2 input_size,
                              const Conv2dOptions& options, const Loc& loc) {

@@ -1,12 +1,11 @@
-// conv_bn_fold (Note [conv-bn fold] in conv_bn_fold.h): the op, its kernel on [C] vectors and its
-// gradient in public ops.
+// conv_bn_fold (Note [conv-bn fold] in conv_bn_fold.h): the op and its gradient in public ops.
+// Its kernel on [C] vectors is in kiln/backend/cpu/conv_bn_fold.cpp (Note [kernel table]).
 #include "kiln/ops/conv_bn_fold.h"
 
-#include <cmath>
 #include <string>
-#include <type_traits>
 
 #include "kiln/ops/binary.h"
+#include "kiln/ops/conv_ops.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/unary.h"
@@ -20,22 +19,23 @@ namespace {
 class ConvBnFoldOp final : public Op {
  public:
   ConvBnFoldOp(double eps, bool has_weight, bool has_bias, bool has_conv_bias)
-      : eps_(eps), has_weight_(has_weight), has_bias_(has_bias), has_conv_bias_(has_conv_bias) {}
+      : a_{eps, has_weight, has_bias, has_conv_bias} {}
+  const detail::ConvBnFoldAttrs& conv_bn_fold_attrs() const { return a_; }
   const char* name() const override { return "conv_bn_fold"; }
   nlohmann::json attrs() const override {
-    return {{"eps", attr_double(eps_)},
-            {"has_weight", has_weight_},
-            {"has_bias", has_bias_},
-            {"has_conv_bias", has_conv_bias_}};
+    return {{"eps", attr_double(a_.eps)},
+            {"has_weight", a_.has_weight},
+            {"has_bias", a_.has_bias},
+            {"has_conv_bias", a_.has_conv_bias}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const size_t expected =
-        2 + (has_weight_ ? 1 : 0) + (has_bias_ ? 1 : 0) + (has_conv_bias_ ? 1 : 0);
+        2 + (a_.has_weight ? 1 : 0) + (a_.has_bias ? 1 : 0) + (a_.has_conv_bias ? 1 : 0);
     if (in.size() != expected)
       fail(name(), loc,
            "expected {} inputs (has_weight {}, has_bias {}, has_conv_bias {}), but got {}",
-           expected, has_weight_, has_bias_, has_conv_bias_, in.size());
+           expected, a_.has_weight, a_.has_bias, a_.has_conv_bias, in.size());
     const Tensor& mean = in[0];
     if (mean.dim() != 1 || !is_floating(mean.dtype()))
       fail(name(), loc, "expected a floating-point running_mean of shape [C], but got {}",
@@ -51,40 +51,16 @@ class ConvBnFoldOp final : public Op {
     return {m, m};
   }
 
-  // In float64, rounded once to the output dtype.
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const std::vector<double> mean = in[0].to_vector<double>(), var = in[1].to_vector<double>();
-    size_t next = 2;
-    auto optional = [&](bool has) {
-      return has ? in[next++].to_vector<double>() : std::vector<double>();
-    };
-    const std::vector<double> w = optional(has_weight_), b = optional(has_bias_),
-                              cb = optional(has_conv_bias_);
-    visit_dtype(out[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<compute_t<T>>) {
-        T* scale = static_cast<T*>(out[0].raw_data());
-        T* shift = static_cast<T*>(out[1].raw_data());
-        for (size_t c = 0; c < mean.size(); ++c) {
-          const double s = (w.empty() ? 1.0 : w[c]) / std::sqrt(var[c] + eps_);
-          const double h = (b.empty() ? 0.0 : b[c]) + ((cb.empty() ? 0.0 : cb[c]) - mean[c]) * s;
-          scale[c] = static_cast<T>(static_cast<compute_t<T>>(s));
-          shift[c] = static_cast<T>(static_cast<compute_t<T>>(h));
-        }
-      }
-    });
-  }
-
   // With inv = 1 / sqrt(var + eps) and d = conv_bias - mean, scale = weight * inv and
   // shift = bias + d * scale; g_scale is scale's whole gradient, its own plus shift's through d.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor &mean = ctx.inputs[0], &var = ctx.inputs[1];
     const Tensor &gs = ctx.grads[0], &gh = ctx.grads[1];
     int next = 2;
-    const int iw = has_weight_ ? next++ : -1, ib = has_bias_ ? next++ : -1;
-    const int icb = has_conv_bias_ ? next++ : -1;
+    const int iw = a_.has_weight ? next++ : -1, ib = a_.has_bias ? next++ : -1;
+    const int icb = a_.has_conv_bias ? next++ : -1;
     std::vector<Tensor> grads(ctx.inputs.size());
-    const Tensor inv = rsqrt(add(var, eps_, ctx.loc), ctx.loc);
+    const Tensor inv = rsqrt(add(var, a_.eps, ctx.loc), ctx.loc);
     const Tensor scale = iw >= 0 ? mul(ctx.inputs[iw], inv, ctx.loc) : inv;
     const Tensor d = icb >= 0 ? sub(ctx.inputs[icb], mean, ctx.loc) : neg(mean, ctx.loc);
     const Tensor g_scale = add(gs, mul(gh, d, ctx.loc), ctx.loc);
@@ -102,14 +78,13 @@ class ConvBnFoldOp final : public Op {
   std::string input_name(size_t i) const {
     if (i == 1) return "running_var";
     size_t next = 2;
-    for (auto [has, name] : {std::pair{has_weight_, "weight"}, std::pair{has_bias_, "bias"},
-                             std::pair{has_conv_bias_, "conv_bias"}})
+    for (auto [has, name] : {std::pair{a_.has_weight, "weight"}, std::pair{a_.has_bias, "bias"},
+                             std::pair{a_.has_conv_bias, "conv_bias"}})
       if (has && next++ == i) return name;
     return "input " + std::to_string(i);
   }
 
-  double eps_;
-  bool has_weight_, has_bias_, has_conv_bias_;
+  detail::ConvBnFoldAttrs a_;
 };
 
 KILN_REGISTER_OP("conv_bn_fold",
@@ -121,6 +96,12 @@ KILN_REGISTER_OP("conv_bn_fold",
                  });
 
 }  // namespace
+
+const detail::ConvBnFoldAttrs& detail::conv_bn_fold_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const ConvBnFoldOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr, std::string("conv_bn_fold_attrs of op '") + op.name() + "'");
+  return c->conv_bn_fold_attrs();
+}
 
 std::pair<Tensor, Tensor> conv_bn_fold(const Tensor& running_mean, const Tensor& running_var,
                                        const Tensor& weight, const Tensor& bias,

@@ -13,10 +13,21 @@ namespace kiln {
 // live in a backend folder (kiln/backend/cpu/, ...) and register themselves here under the op's
 // name and a device type; Op::kernel() looks the op up by (name, device of its outputs) and calls
 // the kernel with the op and the tensors. A kernel reads the op's attributes through the
-// family's header in kiln/ops/ (norm_ops.h, pool_ops.h, ...: a plain struct per op and an
-// accessor), so the op classes stay private to their definition files. So a new device, or a graph
-// executor that picks kernels itself, adds or reads entries without editing any op. An op that
-// overrides kernel() or forward() itself has not been moved to a backend yet.
+// family's header in kiln/ops/ (norm_ops.h, pool_ops.h, conv_ops.h, ...: a plain struct per op
+// and an accessor), so the op classes stay private to their definition files. So a new device, or
+// a graph executor that picks kernels itself, adds or reads entries without editing any op. An op
+// that overrides kernel() or forward() itself has not been moved to a backend yet.
+//
+// The table holds kernels only, never a forward(): a kernel writes into the outputs the
+// dispatcher allocated from infer's metadata (shape, dtype, layout). Where a backend keeps an
+// output in a layout of its own (oneDNN's blocked nChw8c, Note [blocked activations]), it does so
+// inside that output's storage (Note [deferred contents]), so no op needs to allocate its outputs
+// itself and no copy or allocation is added. Where a definition needs an answer only the backend
+// can give (a convolution's output layout, which epilogue fuses), the family header declares a
+// small query that the backend registers beside its kernels (Note [conv planner] in
+// conv_ops.h). Kernels of the convolution family and bmm are in kiln/backend/onednn/ (the float64
+// loops they fall back on in kiln/backend/cpu/); the norm, pooling, reduction and softmax
+// families' in kiln/backend/cpu/.
 using KernelFn = void (*)(const Op& op, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs);
 

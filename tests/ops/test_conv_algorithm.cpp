@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/onednn/conv_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/op_factory.h"

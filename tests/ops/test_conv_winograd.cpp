@@ -8,10 +8,10 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/backend/onednn/conv_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
-#include "kiln/ops/conv_kernels.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/shape_ops.h"

@@ -1,6 +1,6 @@
 // The deferred contents that hold a convolution's blocked output (Note [deferred contents] in
 // core/storage.h) and the lookup of a pending one.
-#include "kiln/ops/conv_blocked_activation.h"
+#include "kiln/backend/onednn/conv_blocked_activation.h"
 
 #include <memory>
 

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
+#include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/ops/conv_attrs.h"
 #include "kiln/ops/conv_geometry.h"
-#include "kiln/ops/dnnl_utils.h"
 
 namespace kiln {
 namespace detail {

@@ -1,6 +1,6 @@
 // BlockedCache, keyed by a tensor's storage, offset, strides and version, and the two caches
 // built from it.
-#include "kiln/ops/conv_weight_cache.h"
+#include "kiln/backend/onednn/conv_weight_cache.h"
 
 #include <algorithm>
 #include <mutex>

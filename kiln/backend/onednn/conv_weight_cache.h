@@ -2,7 +2,7 @@
 // The caches of blocked operand copies (Note [conv weight cache] in conv_weight_cache.cpp): the
 // weights of inference convolutions (folded by a per-channel scale or not), and a convolution
 // backward's grad_output, which both gradient passes read in the same blocked layout.
-#include "kiln/ops/conv_primitives.h"
+#include "kiln/backend/onednn/conv_primitives.h"
 
 namespace kiln {
 namespace detail {

@@ -1,7 +1,7 @@
 // Building and caching the convolutions' oneDNN primitives (Note [conv layouts], Note [conv
 // inference kind], Note [conv winograd] in conv_primitives.h), and choosing the forward pass from
 // an op's policy.
-#include "kiln/ops/conv_primitives.h"
+#include "kiln/backend/onednn/conv_primitives.h"
 
 #include <optional>
 #include <string>

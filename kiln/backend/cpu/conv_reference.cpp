@@ -1,6 +1,6 @@
 // The reference convolution loops that float64 runs (oneDNN has no float64 convolution): direct
 // loops, parallel over whole output planes.
-#include "kiln/ops/conv_reference.h"
+#include "kiln/backend/cpu/conv_reference.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "kiln/ops/dnnl_utils.h"
+#include "kiln/backend/onednn/dnnl_utils.h"
 
 namespace kiln {
 

@@ -2,7 +2,7 @@
 // Blocked-activation deferral (Note [blocked activations] in conv_blocked_activation.cpp): an
 // inference convolution's output kept in oneDNN's blocked layout until other code reads its
 // memory, and the next convolution taking that blocked form directly.
-#include "kiln/ops/conv_primitives.h"
+#include "kiln/backend/onednn/conv_primitives.h"
 
 namespace kiln {
 namespace detail {

@@ -1,23 +1,25 @@
 // The convolution kernels, the entry points the conv ops call: float32 (and 16-bit floats,
 // computed in float32) through one oneDNN runner that takes each operand from the right place
 // (the caches, a pending blocked form, or a reorder) and runs the pass; float64 through the
-// reference loops. Geometry and checks are in conv_geometry.cpp, attributes in conv_attrs.cpp,
-// primitives in conv_primitives.cpp, caches in conv_weight_cache.cpp, deferral in
-// conv_blocked_activation.cpp, the loops in conv_reference.cpp.
-#include "kiln/ops/conv_kernels.h"
+// reference loops. Geometry and checks are in kiln/ops/conv_geometry.cpp, attributes in
+// kiln/ops/conv_attrs.cpp; here: primitives in conv_primitives.cpp, caches in
+// conv_weight_cache.cpp, deferral in conv_blocked_activation.cpp; the loops in
+// kiln/backend/cpu/conv_reference.cpp.
+#include "kiln/backend/onednn/conv_kernels.h"
 
 #include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/backend/cpu/conv_reference.h"
+#include "kiln/backend/cpu/dense.h"
+#include "kiln/backend/onednn/conv_blocked_activation.h"
+#include "kiln/backend/onednn/conv_primitives.h"
+#include "kiln/backend/onednn/conv_weight_cache.h"
+#include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
-#include "kiln/ops/conv_blocked_activation.h"
-#include "kiln/ops/conv_primitives.h"
-#include "kiln/ops/conv_reference.h"
-#include "kiln/ops/conv_weight_cache.h"
-#include "kiln/ops/dnnl_utils.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/shape_ops.h"
@@ -27,14 +29,6 @@ namespace kiln {
 namespace detail {
 
 namespace {
-
-// A contiguous copy of t (t itself when already contiguous), converted to dtype.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.is_contiguous() && t.dtype() == dtype) return t;
-  Tensor out = empty(t.shape(), {dtype});
-  copy_into(out, t);
-  return out;
-}
 
 // A float32 activation oneDNN can read as it is: t itself when it is float32 and contiguous or
 // channels-last, else a copy in t's layout (channels-last stays channels-last).
@@ -197,8 +191,8 @@ bool trivial(const Tensor& out, int64_t reduced) {
 
 }  // namespace
 
-MemoryFormat conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
-                                bool with_bias, const ConvEpilogue* ep) {
+MemoryFormat onednn_conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                       bool with_bias, const ConvEpilogue* ep) {
   // Channels-last outputs are limited to the single-image inference pass, whose brgemm kernels
   // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
   if (x.dim() != 4 || x.dtype() != DType::Float32 || direct_pass(g, p) != Pass::kInference ||
@@ -241,8 +235,8 @@ void conv_forward(const ConvGeometry& g, ConvPolicy p, const Tensor& x, const Te
 std::string conv_forward_implementation(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
                                         bool with_bias) {
   if (x.dtype() == DType::Float64) return "kiln:reference";
-  const ActivationLayouts l{x.is_channels_last(),
-                            conv_output_format(g, p, x, with_bias) == MemoryFormat::kChannelsLast};
+  const ActivationLayouts l{x.is_channels_last(), onednn_conv_output_format(g, p, x, with_bias) ==
+                                                      MemoryFormat::kChannelsLast};
   return conv_entry(forward_pass(g, p, with_bias, l), g, with_bias, l)->implementation;
 }
 
@@ -251,8 +245,8 @@ void conv_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x, c
   conv_forward(g, p, x, w, b, y, /*publish=*/true);
 }
 
-ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
-                              const ConvEpilogue& ep) {
+ConvEpilogue onednn_fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
+                                     const ConvEpilogue& ep) {
   if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
   ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
   const Pass pass = forward_pass(g, p, ep.scale.defined(), l);
