@@ -1,4 +1,4 @@
-#include "kiln/ops/registry.h"
+#include "tests/samples/registry.h"
 
 #include <algorithm>
 
