@@ -1,19 +1,19 @@
 // Note [conv algorithm]: a forward convolution's algorithm and purpose are attributes of its op,
 // resolved by the public function at call time, so a recorded op replays bit for bit in any grad
-// mode; kDirect and kWinograd both stay within the tested bound of a float64 reference; bad
-// attribute values are errors naming the op and the attribute.
+// mode; bad attribute values are errors naming the op and the attribute. Which kernel each
+// algorithm runs, and its error bound, are tested with the oneDNN backend
+// (tests/backend/onednn/test_conv_winograd.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "kiln/backend/onednn/conv_kernels.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/conv_attrs.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/op_factory.h"
@@ -51,13 +51,6 @@ std::vector<test::RecordedCall> run(const Workload& c, const std::vector<Tensor>
   return record.calls();
 }
 
-void expect_bit_identical(const Tensor& got, const Tensor& want) {
-  ASSERT_EQ(got.shape(), want.shape());
-  ASSERT_EQ(got.dtype(), want.dtype());
-  const std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
-  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-}
-
 // Rebuilds each recorded op from its (name, attrs) text and dispatches it on copies of its
 // inputs with grad mode `grad_on` (and inputs that require grad when it is on).
 void expect_replays_identically(const std::vector<test::RecordedCall>& calls, bool grad_on) {
@@ -74,7 +67,7 @@ void expect_replays_identically(const std::vector<test::RecordedCall>& calls, bo
     const std::vector<Tensor> outputs = dispatch(op, inputs, Loc::current());
     ASSERT_EQ(outputs.size(), call.outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i)
-      expect_bit_identical(outputs[i].detach(), call.outputs[i]);
+      test::expect_bit_identical(outputs[i].detach(), call.outputs[i]);
   }
 }
 
@@ -144,84 +137,6 @@ TEST(ConvAlgorithm, PurposeFollowsWhetherAGradientIsRecorded) {
   weight_only[1] = leaves({in[1]}, true)[0];
   EXPECT_EQ(forward_purposes(run(c, weight_only)),
             (std::vector<std::string>{"training", "training"}));
-}
-
-// max |got - want| / max |want|, with want in float64.
-double error_to_max(const Tensor& got, const Tensor& want) {
-  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  double err = 0.0, top = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::fabs(a[i] - b[i]));
-    top = std::max(top, std::fabs(b[i]));
-  }
-  return err / top;
-}
-
-std::string implementation(const Tensor& x, const Tensor& w, const Conv2dOptions& o,
-                           ConvPurpose purpose) {
-  return detail::conv_forward_implementation(*detail::conv_geometry(x.shape(), w.shape(), o),
-                                             {o.algorithm, purpose}, x, false);
-}
-
-bool is_winograd(const std::string& implementation) {
-  return implementation.find("wino") != std::string::npos;
-}
-
-TEST(ConvAlgorithm, DirectAndWinogradAgreeWithFloat64) {
-  struct Case {
-    Shape x;
-    int64_t out;
-  };
-  for (const Case& c : std::vector<Case>{{{4, 16, 8, 8}, 32}, {{1, 32, 10, 10}, 16}}) {
-    SCOPED_TRACE(shape_str(c.x));
-    manual_seed(54);
-    const int64_t channels = c.x[1];
-    Tensor x = relu(randn(c.x));
-    Tensor w = mul(randn({c.out, channels, 3, 3}), std::sqrt(2.0 / (9.0 * channels)));
-    Tensor b = randn({c.out});
-    NoGradGuard no_grad;
-    const Tensor want = conv2d(to_dtype(x, DType::Float64), to_dtype(w, DType::Float64),
-                               to_dtype(b, DType::Float64), {.padding = 1});
-    for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
-      SCOPED_TRACE(detail::conv_algorithm_name(a));
-      const Conv2dOptions o{.padding = 1, .algorithm = a};
-      const std::string impl = implementation(x, w, o, ConvPurpose::kInference);
-      EXPECT_EQ(is_winograd(impl), a == ConvAlgorithm::kWinograd) << impl;
-      EXPECT_LT(error_to_max(conv2d(x, w, b, o), want), 1e-5);
-    }
-  }
-}
-
-TEST(ConvAlgorithm, DirectNeverWinogradAndWinogradFallsBackWhereOneDnnHasNone) {
-  const Tensor x = randn({4, 16, 8, 8}), w = randn({16, 16, 3, 3});
-  const Conv2dOptions direct{.padding = 1, .algorithm = ConvAlgorithm::kDirect};
-  const Conv2dOptions winograd{.padding = 1, .algorithm = ConvAlgorithm::kWinograd};
-  for (ConvPurpose p : {ConvPurpose::kTraining, ConvPurpose::kInference}) {
-    SCOPED_TRACE(detail::conv_purpose_name(p));
-    EXPECT_FALSE(is_winograd(implementation(x, w, direct, p)));
-    // Requested, Winograd runs for training too (kAuto keeps training direct).
-    EXPECT_TRUE(is_winograd(implementation(x, w, winograd, p)));
-    EXPECT_EQ(is_winograd(implementation(x, w, {.padding = 1}, p)), p == ConvPurpose::kInference);
-  }
-  // Stride 2 has no Winograd kernel: the direct kernel runs, as for kDirect.
-  Conv2dOptions strided = winograd;
-  strided.stride = 2;
-  EXPECT_FALSE(is_winograd(implementation(x, w, strided, ConvPurpose::kInference)));
-  Tensor want, got;
-  {
-    NoGradGuard no_grad;
-    Conv2dOptions o = strided;
-    o.algorithm = ConvAlgorithm::kDirect;
-    want = conv2d(x, w, Tensor(), o);
-    got = conv2d(x, w, Tensor(), strided);
-  }
-  expect_bit_identical(got, want);
-  // A Winograd forward recorded for a gradient: the gradients are the usual backward ops.
-  Tensor xr = leaves({x}, true)[0];
-  Tensor y = conv2d(xr, w, Tensor(), winograd);
-  y.sum().backward();
-  ASSERT_TRUE(xr.grad().defined());
-  EXPECT_EQ(xr.grad().shape(), x.shape());
 }
 
 TEST(ConvAlgorithm, AttrsRoundTripAndBadValuesAreErrors) {

@@ -11,9 +11,9 @@
 // initializers, which a static archive would drop; Note [shared library]).
 //
 // registered_ops() lists the op families in the order of their op files' names (ops/assign.cpp,
-// ops/binary.cpp, ..., optim/sgd.cpp) and a family's ops in declaration order, whichever library
-// or object registers first: the fuzzer draws programs from this order (tests/fuzz/fuzz_gen.py),
-// so a seed keeps meaning the same program when files move.
+// ops/binary.cpp, ..., optim/sgd.cpp) and a family's ops in declaration order, whatever
+// order the static initializers run in: the fuzzer draws programs from this order
+// (tests/fuzz/fuzz_gen.py), so a seed keeps meaning the same program when files move.
 #include <functional>
 #include <string>
 #include <string_view>

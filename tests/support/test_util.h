@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ inline void expect_allclose(const Tensor& got, const Tensor& want, double tol) {
   std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << "at " << i;
+}
+
+// Same shape and dtype, and the same values bit for bit (compared as doubles, which hold every
+// float32 value exactly).
+inline void expect_bit_identical(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0);
 }
 
 // 0, 1, 2, ... (from `start`) laid out in `shape`.

@@ -1,4 +1,5 @@
-// Registry samples of the ops defined in kiln/ops/batch_norm_eval.cpp (batch_norm in evaluation mode (batch_norm_eval); Note [op registry]).
+// Registry samples of batch_norm_eval (batch norm in evaluation mode), defined in
+// kiln/ops/batch_norm_eval.cpp (Note [op registry]).
 #include <string>
 #include <vector>
 

@@ -1,4 +1,5 @@
-// Registry samples of the ops defined in kiln/ops/channel_affine.cpp (channel_affine; Note [op registry]).
+// Registry samples of channel_affine, defined in kiln/ops/channel_affine.cpp
+// (Note [op registry]).
 #include <string>
 #include <vector>
 

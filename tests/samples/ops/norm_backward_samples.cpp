@@ -1,4 +1,5 @@
-// Registry samples of the ops defined in kiln/ops/norm_backward.cpp (batch_norm_backward; Note [op registry]).
+// Registry samples of batch_norm_backward, defined in kiln/ops/norm_backward.cpp
+// (Note [op registry]).
 #include <string>
 #include <vector>
 

@@ -1,4 +1,5 @@
-// Registry samples of the ops defined in kiln/ops/norm.cpp (batch_norm, layer_norm and group_norm; Note [op registry]).
+// Registry samples of batch_norm, layer_norm and group_norm, defined in kiln/ops/norm.cpp
+// (Note [op registry]).
 #include <string>
 #include <vector>
 
