@@ -7,27 +7,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 
 namespace kiln::io {
 
 namespace {
 
-std::mutex& hook_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-AtomicFileFaultHook& hook_slot() {
-  static AtomicFileFaultHook hook;
-  return hook;
-}
-
 // The errno a test hook injects for `step`, or 0.
 int injected_fault(std::string_view step, const std::string& path) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  const AtomicFileFaultHook& hook = hook_slot();
-  return hook ? hook(step, path) : 0;
+  return atomic_file_faults().check(step, path);
 }
 
 std::string directory_of(const std::string& path) {
@@ -37,9 +24,9 @@ std::string directory_of(const std::string& path) {
 
 }  // namespace
 
-void set_atomic_file_fault_hook(AtomicFileFaultHook hook) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  hook_slot() = std::move(hook);
+FaultPoint& atomic_file_faults() {
+  static auto* point = new FaultPoint();  // never destroyed: saves may run during exit
+  return *point;
 }
 
 AtomicFile::AtomicFile(std::string path, std::string_view op, const std::source_location& loc)

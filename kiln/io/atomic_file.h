@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "kiln/core/error.h"
+#include "kiln/io/fault_injection.h"
 
 namespace kiln::io {
 
@@ -59,22 +60,20 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes,
                        std::string_view op = "write_file_atomic",
                        const std::source_location& loc = std::source_location::current());
 
-// Fault injection for tests. The hook is called before each step of an atomic write with the
-// step's name ("open", "write", "fsync", "close", "rename", "fsync_dir") and the target path;
-// a nonzero return value makes the step fail as if the system call had set errno to that value.
-// Process-wide; pass an empty function to remove it.
-using AtomicFileFaultHook = std::function<int(std::string_view step, const std::string& path)>;
-void set_atomic_file_fault_hook(AtomicFileFaultHook hook);
+// Fault injection for tests (Note [fault injection]): the point is asked before each step of an
+// atomic write, with the step's name ("open", "write", "fsync", "close", "rename", "fsync_dir")
+// and the target path.
+using AtomicFileFaultHook = FaultHook;
+FaultPoint& atomic_file_faults();
+inline void set_atomic_file_fault_hook(AtomicFileFaultHook hook) {
+  atomic_file_faults().set(std::move(hook));
+}
 
 // Installs a fault hook for the lifetime of the guard (tests).
-class ScopedAtomicFileFault {
+class ScopedAtomicFileFault : public ScopedFault {
  public:
-  explicit ScopedAtomicFileFault(AtomicFileFaultHook hook) {
-    set_atomic_file_fault_hook(std::move(hook));
-  }
-  ~ScopedAtomicFileFault() { set_atomic_file_fault_hook({}); }
-  ScopedAtomicFileFault(const ScopedAtomicFileFault&) = delete;
-  ScopedAtomicFileFault& operator=(const ScopedAtomicFileFault&) = delete;
+  explicit ScopedAtomicFileFault(AtomicFileFaultHook hook)
+      : ScopedFault(atomic_file_faults(), std::move(hook)) {}
 };
 
 }  // namespace kiln::io

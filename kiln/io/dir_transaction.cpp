@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <random>
 #include <utility>
 
@@ -23,20 +22,8 @@ namespace fs = std::filesystem;
 
 // --- fault hook ----------------------------------------------------------------------------
 
-std::mutex& hook_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-DirTransactionFaultHook& hook_slot() {
-  static DirTransactionFaultHook hook;
-  return hook;
-}
-
 int injected_fault(std::string_view step, const std::string& path) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  const DirTransactionFaultHook& hook = hook_slot();
-  return hook ? hook(step, path) : 0;
+  return dir_transaction_faults().check(step, path);
 }
 
 // --- paths ---------------------------------------------------------------------------------
@@ -136,9 +123,9 @@ void remove_stale_temp_dirs(const DirLayout& layout, const std::string& dir) {
 
 }  // namespace
 
-void set_dir_transaction_fault_hook(DirTransactionFaultHook hook) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  hook_slot() = std::move(hook);
+FaultPoint& dir_transaction_faults() {
+  static auto* point = new FaultPoint();  // never destroyed: saves may run during exit
+  return *point;
 }
 
 std::string normalize_dir_path(const std::string& dir, const DirLayout& layout, std::string_view op,

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/io/fault_injection.h"
+
 namespace kiln::io {
 
 // Note [directory transaction]
@@ -93,23 +95,21 @@ class DirTransaction {
   bool committed_ = false;
 };
 
-// Fault injection for tests: called before each directory step of a transaction with the
-// step's name ("mkdir", "rename_old", "rename_new", "remove_old") and the path it acts on; a
-// nonzero return makes the step fail as if the system call had set errno to that value. (File
-// writes inside the temporary directory go through kiln/io/atomic_file.h, whose own hook covers
-// them.) Process-wide; pass an empty function to remove it.
-using DirTransactionFaultHook = std::function<int(std::string_view step, const std::string& path)>;
-void set_dir_transaction_fault_hook(DirTransactionFaultHook hook);
+// Fault injection for tests (Note [fault injection]): the point is asked before each directory
+// step of a transaction with the step's name ("mkdir", "rename_old", "rename_new",
+// "remove_old") and the path it acts on. (File writes inside the temporary directory go through
+// kiln/io/atomic_file.h, whose own point covers them.)
+using DirTransactionFaultHook = FaultHook;
+FaultPoint& dir_transaction_faults();
+inline void set_dir_transaction_fault_hook(DirTransactionFaultHook hook) {
+  dir_transaction_faults().set(std::move(hook));
+}
 
 // Installs a fault hook for the lifetime of the guard (tests).
-class ScopedDirTransactionFault {
+class ScopedDirTransactionFault : public ScopedFault {
  public:
-  explicit ScopedDirTransactionFault(DirTransactionFaultHook hook) {
-    set_dir_transaction_fault_hook(std::move(hook));
-  }
-  ~ScopedDirTransactionFault() { set_dir_transaction_fault_hook({}); }
-  ScopedDirTransactionFault(const ScopedDirTransactionFault&) = delete;
-  ScopedDirTransactionFault& operator=(const ScopedDirTransactionFault&) = delete;
+  explicit ScopedDirTransactionFault(DirTransactionFaultHook hook)
+      : ScopedFault(dir_transaction_faults(), std::move(hook)) {}
 };
 
 }  // namespace kiln::io
