@@ -14,25 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace kiln::data::testing {
 
-// A fresh directory named after the running test, removed on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix) {
-    path_ = std::filesystem::temp_directory_path() /
-            (prefix + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -160,7 +146,7 @@ inline bool have_pil() {
 
 // Runs `script` with Debian's python (which has PIL), argv[1] = dir; true on success.
 inline bool run_python(const TempDir& dir, const std::string& script) {
-  std::string path = dir.file("fixture.py");
+  std::string path = dir / "fixture.py";
   std::ofstream(path) << script;
   std::string command = "/usr/bin/python3 '" + path + "' '" + dir.path().string() + "'";
   return std::system(command.c_str()) == 0;

@@ -181,7 +181,7 @@ for name, mode in [("rgb.jpg", None), ("prog.jpg", None), ("gray.jpg", None),
 
   // PIL's interleaved [H, W, C] bytes as a [C, H, W] list.
   std::vector<int64_t> reference(const std::string& name, int64_t c, int64_t h, int64_t w) {
-    auto raw = testing::read_bytes(dir_.file(name));
+    auto raw = testing::read_bytes((dir_ / name));
     EXPECT_EQ(static_cast<int64_t>(raw.size()), c * h * w) << name;
     std::vector<int64_t> out(raw.size());
     for (int64_t k = 0; k < c; ++k)
@@ -197,34 +197,34 @@ for name, mode in [("rgb.jpg", None), ("prog.jpg", None), ("gray.jpg", None),
     EXPECT_LE(worst, tolerance) << what;
   }
 
-  TempDir dir_{"kiln_image_"};
+  TempDir dir_{"image"};
 };
 
 // Same libjpeg-turbo, same default settings (islow IDCT, fancy upsampling): the pixels agree
 // exactly.
 TEST_F(PilImages, JpegMatchesPil) {
   for (const char* name : {"rgb.jpg", "prog.jpg"}) {
-    Tensor t = decode_image(dir_.file(name));
+    Tensor t = decode_image((dir_ / name));
     ASSERT_EQ(t.shape(), (Shape{3, 23, 37})) << name;
     expect_close(pixels(t), reference(std::string(name) + ".raw", 3, 23, 37), 0, name);
   }
-  Tensor g = decode_image(dir_.file("gray.jpg"));
+  Tensor g = decode_image((dir_ / "gray.jpg"));
   ASSERT_EQ(g.shape(), (Shape{1, 23, 37}));
   expect_close(pixels(g), reference("gray.jpg.raw", 1, 23, 37), 0, "gray.jpg");
-  expect_close(pixels(decode_image(dir_.file("rgb.jpg"), ImageMode::Gray)),
+  expect_close(pixels(decode_image((dir_ / "rgb.jpg"), ImageMode::Gray)),
                reference("rgb.jpg.L", 1, 23, 37), 0, "rgb.jpg as L");
 }
 
 TEST_F(PilImages, PngMatchesPilExactly) {
-  expect_close(pixels(decode_image(dir_.file("rgb.png"), ImageMode::Gray)),
+  expect_close(pixels(decode_image((dir_ / "rgb.png"), ImageMode::Gray)),
                reference("rgb.png.L", 1, 23, 37), 0, "rgb.png as L");
-  Tensor pal = decode_image(dir_.file("pal.png"));
+  Tensor pal = decode_image((dir_ / "pal.png"));
   ASSERT_EQ(pal.shape(), (Shape{3, 23, 37}));
   expect_close(pixels(pal), reference("pal.png.RGB", 3, 23, 37), 0, "pal.png");
 }
 
 TEST_F(PilImages, TruncatedJpegIsAnError) {
-  auto jpeg = testing::read_bytes(dir_.file("prog.jpg"));
+  auto jpeg = testing::read_bytes((dir_ / "prog.jpg"));
   for (size_t n = 0; n < jpeg.size(); ++n) {
     std::vector<uint8_t> prefix(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(n));
     std::string msg = message_of(prefix, "cut.jpg");
@@ -244,7 +244,7 @@ TEST_F(PilImages, TruncatedJpegIsAnError) {
 }
 
 TEST_F(PilImages, CorruptJpegIsAnErrorNeverACrash) {
-  auto jpeg = testing::read_bytes(dir_.file("rgb.jpg"));
+  auto jpeg = testing::read_bytes((dir_ / "rgb.jpg"));
   int errors = 0;
   for (size_t i = 3; i < jpeg.size(); ++i) {
     auto flipped = jpeg;

@@ -33,19 +33,19 @@ std::string message_of(const std::function<void()>& fn) {
 class ImageFolderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_bytes(dir_.file("root/dog/d1.png"), solid(4, 3, 1, 2, 3));
-    write_bytes(dir_.file("root/cat/b.png"), solid(4, 3, 10, 20, 30));
-    write_bytes(dir_.file("root/cat/A.PNG"), solid(4, 3, 11, 21, 31));
-    write_bytes(dir_.file("root/cat/sub/c.png"), solid(4, 3, 12, 22, 32));
-    write_bytes(dir_.file("root/cat/sub-x/d.png"), solid(4, 3, 13, 23, 33));
-    write_bytes(dir_.file("root/cat/notes.txt"), {'h', 'i'});
+    write_bytes((dir_ / "root/dog/d1.png"), solid(4, 3, 1, 2, 3));
+    write_bytes((dir_ / "root/cat/b.png"), solid(4, 3, 10, 20, 30));
+    write_bytes((dir_ / "root/cat/A.PNG"), solid(4, 3, 11, 21, 31));
+    write_bytes((dir_ / "root/cat/sub/c.png"), solid(4, 3, 12, 22, 32));
+    write_bytes((dir_ / "root/cat/sub-x/d.png"), solid(4, 3, 13, 23, 33));
+    write_bytes((dir_ / "root/cat/notes.txt"), {'h', 'i'});
     // A grayscale image in a color dataset: RGB mode repeats the channel.
-    write_bytes(dir_.file("root/bird/g.png"), make_png(4, 3, 0, 8, std::vector<int>(12, 77)));
+    write_bytes((dir_ / "root/bird/g.png"), make_png(4, 3, 0, 8, std::vector<int>(12, 77)));
   }
-  std::string root() const { return dir_.file("root"); }
-  std::string file(const std::string& rel) const { return dir_.file("root/" + rel); }
+  std::string root() const { return (dir_ / "root"); }
+  std::string file(const std::string& rel) const { return (dir_ / "root/" + rel); }
 
-  TempDir dir_{"kiln_image_folder_"};
+  TempDir dir_{"image_folder"};
 };
 
 TEST_F(ImageFolderTest, ClassesAreSortedSubdirectoriesInTorchvisionOrder) {
@@ -153,7 +153,7 @@ open(d + "/k.raw", "wb").write(Image.open(d + "/root/dog/k.JPEG").convert("RGB")
   for (auto [index, ref] : {std::pair<int64_t, const char*>{6, "j.raw"}, {7, "k.raw"}}) {
     ASSERT_EQ(ds->label(index), 2);
     auto got = ds->get(index).data.to_vector<int64_t>();
-    auto want = testing::read_bytes(dir_.file(ref));
+    auto want = testing::read_bytes((dir_ / ref));
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
       size_t c = i / 12, p = i % 12;  // [C, H, W] vs [H, W, C]
@@ -163,8 +163,8 @@ open(d + "/k.raw", "wb").write(Image.open(d + "/root/dog/k.JPEG").convert("RGB")
 }
 
 TEST_F(ImageFolderTest, Errors) {
-  std::string msg = message_of([&] { image_folder(dir_.file("nope")); });
-  EXPECT_NE(msg.find("[ImageFolder] expected '" + dir_.file("nope") +
+  std::string msg = message_of([&] { image_folder((dir_ / "nope")); });
+  EXPECT_NE(msg.find("[ImageFolder] expected '" + (dir_ / "nope") +
                      "' to be a directory of class folders, but it is missing"),
             std::string::npos)
       << msg;

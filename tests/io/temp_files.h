@@ -12,42 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace kiln::io::testing {
 
 // A fresh directory named after `name` and the running test, removed afterwards.
-class TempRoot {
- public:
-  explicit TempRoot(const std::string& name)
-      : root_(std::filesystem::temp_directory_path() /
-              ("kiln_io_" + std::to_string(::getpid()) + "_" + name + "_" +
-               ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_);
-  }
-  ~TempRoot() {
-    std::error_code ec;  // a test may have made it read-only
-    std::filesystem::permissions(root_, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(root_, ec);
-  }
-  TempRoot(const TempRoot&) = delete;
-  TempRoot& operator=(const TempRoot&) = delete;
-
-  std::string operator/(const std::string& name) const { return (root_ / name).string(); }
-  const std::filesystem::path& path() const { return root_; }
-  // Entries of the root, sorted (to see leftovers such as d.old or d.tmp-*).
-  std::vector<std::string> entries() const { return entries_of(root_); }
-  static std::vector<std::string> entries_of(const std::filesystem::path& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-      out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::filesystem::path root_;
-};
+using TempRoot = test::TempDir;
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

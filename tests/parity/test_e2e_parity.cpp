@@ -48,6 +48,7 @@
 #include "kiln/ops/loss.h"
 #include "kiln/optim/sgd.h"
 #include "tests/support/source_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::train {
 namespace {
@@ -72,28 +73,6 @@ constexpr double kFloat32TorchWeightTolerance = 0.1;
 std::string reference_script() {
   return test::source_file("tests/parity/e2e_torch_reference.py");
 }
-
-// A fresh directory under the system temp dir, removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    fs::path base = fs::temp_directory_path();
-    for (int i = 0;; ++i) {
-      path_ = base / ("kiln_e2e_parity_" + std::to_string(::getpid()) + "_" + std::to_string(i));
-      if (fs::create_directory(path_)) break;
-    }
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Runs the PyTorch script into `dir`; on any failure returns the reason (empty on success).
 std::string run_reference(const fs::path& dir, std::string& output) {
@@ -168,7 +147,7 @@ double max_scaled_error(const Tensor& got, const Tensor& want) {
 class E2eParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
+    dir_ = new test::TempDir("e2e_parity");
     std::string output;
     error_ = run_reference(dir_->path(), output);
     if (!error_.empty()) return;
@@ -204,13 +183,13 @@ class E2eParity : public ::testing::Test {
     return worst;
   }
 
-  static TempDir* dir_;
+  static test::TempDir* dir_;
   static std::string error_;
   static io::SafetensorsFile* exchange_;
   static std::map<std::string, io::SafetensorsFile> results_;
 };
 
-TempDir* E2eParity::dir_ = nullptr;
+test::TempDir* E2eParity::dir_ = nullptr;
 std::string E2eParity::error_;
 io::SafetensorsFile* E2eParity::exchange_ = nullptr;
 std::map<std::string, io::SafetensorsFile> E2eParity::results_;

@@ -26,6 +26,7 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/fit.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_util.h"
 #include "tests/support/toy_data.h"
 
@@ -86,20 +87,6 @@ std::shared_ptr<LambdaCallback> scripted_score(std::vector<double> scores,
             return false;
           }});
 }
-
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           ("kiln_callbacks_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -193,7 +180,7 @@ TEST(Callbacks, EarlyStoppingArgumentErrors) {
 // --- ModelCheckpoint ---------------------------------------------------------------------------
 
 TEST(Callbacks, ModelCheckpointBestOnlySavesOnImprovementAndLoadsBack) {
-  TempDir dir;
+  test::TempDir dir("callbacks");
   Rig rig;
   std::vector<Weights> snapshots;
   rig.trainer.add_callback(scripted_score({3.0, 1.0, 2.0, 0.5}, &snapshots, rig));
@@ -222,7 +209,7 @@ TEST(Callbacks, ModelCheckpointBestOnlySavesOnImprovementAndLoadsBack) {
 }
 
 TEST(Callbacks, ModelCheckpointEveryEpochWithMetricPlaceholders) {
-  TempDir dir;
+  test::TempDir dir("callbacks");
   Rig rig;
   rig.trainer.add_callback(scripted_score({0.25, 0.125}, nullptr, rig));
   auto checkpoint =
@@ -251,7 +238,7 @@ TEST(Callbacks, ModelCheckpointErrors) {
                {"[ModelCheckpoint]", "\"best\"", "test_callbacks.cpp"});
 
   Rig rig;
-  TempDir dir;
+  test::TempDir dir("callbacks");
   ModelCheckpoint best_only(dir / "m.safetensors", "val_loss", true);
   best_only.set_context(rig.model.get(), rig.optimizer.get());
   expect_error(
@@ -385,7 +372,7 @@ std::vector<std::string> lines(const std::string& text) {
 }
 
 TEST(Callbacks, CSVLoggerWritesHeaderAndRowsAndAppendsOnResume) {
-  TempDir dir;
+  test::TempDir dir("callbacks");
   const std::string path = dir / "history.csv";
   Rig rig;
   rig.trainer.add_callback(std::make_shared<CSVLogger>(path));
@@ -427,7 +414,7 @@ TEST(Callbacks, CSVLoggerWritesHeaderAndRowsAndAppendsOnResume) {
 }
 
 TEST(Callbacks, CSVLoggerErrorsNameThePath) {
-  TempDir dir;
+  test::TempDir dir("callbacks");
   const std::string bad = dir / "missing/history.csv";
   CSVLogger logger(bad);
   expect_error([&] { logger.on_train_begin(); }, {"[CSVLogger]", bad, "test_callbacks.cpp"});

@@ -26,6 +26,7 @@
 #include "kiln/optim/adam.h"
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/sgd.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::train {
@@ -35,29 +36,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using test::error_of;
 using test::expect_contains;
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : root_(fs::temp_directory_path() / fmt::format("kiln_checkpoint_{}_{}", ::getpid(), name)) {
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~TempDir() { fs::remove_all(root_, ec_); }
-  std::string operator/(const std::string& name) const { return (root_ / name).string(); }
-  // Entries of the root, sorted (to see leftovers such as ck.old or ck.tmp-*).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(root_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path root_;
-  std::error_code ec_;
-};
+using test::TempDir;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
