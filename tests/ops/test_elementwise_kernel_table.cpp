@@ -35,8 +35,8 @@ TEST(ElementwiseKernelTable, TheAccessorsReadTheOpsAttributes) {
   EXPECT_FALSE(detail::clamp_attrs(*clamp_op).max.has_value());
   EXPECT_TRUE(detail::gelu_attrs(*make_op("gelu", {{"approximate", "tanh"}})).use_tanh);
   EXPECT_EQ(detail::pow_scalar_attrs(*make_op("pow_scalar", {{"exponent", 3.0}})).exponent, 3.0);
-  const detail::SoftplusAttrs& sp =
-      detail::softplus_attrs(*make_op("softplus", {{"beta", 2.0}, {"threshold", 5.0}}));
+  OpPtr softplus_op = make_op("softplus", {{"beta", 2.0}, {"threshold", 5.0}});
+  const detail::SoftplusAttrs& sp = detail::softplus_attrs(*softplus_op);
   EXPECT_EQ(sp.beta, 2.0);
   EXPECT_EQ(sp.threshold, 5.0);
   // Another op's attributes are an internal error naming the op.
