@@ -1,10 +1,10 @@
-// Broadcasting arithmetic: one BinaryOp template, one small struct per op (scalar function and
-// gradient). This file is the model for the other op families.
+// Broadcasting arithmetic: one BinaryOp template, one small struct per op (name, dtype rules,
+// gradient). This file is the model for the other op families. The scalar functions and the loops
+// are the CPU kernel in kiln/backend/cpu/binary_ops.cpp (Note [kernel table]).
 #include "kiln/ops/binary.h"
 
 #include <cmath>
 
-#include "kiln/core/grad_mode.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
@@ -21,34 +21,22 @@ namespace {
 
 using Grads = std::vector<Tensor>;
 
-// Each op: name, how it maps dtypes, the scalar function in compute type, the gradient.
+// Each op: name, what its gradient needs, the gradient.
 struct AddFn {
   static constexpr const char* kName = "add";
   static constexpr bool kNeedsInputs = false;
-  template <class T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a + b);
-  }
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, g}; }
 };
 
 struct SubFn {
   static constexpr const char* kName = "sub";
   static constexpr bool kNeedsInputs = false;
-  template <class T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a - b);
-  }
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, neg(g)}; }
 };
 
 struct MulFn {
   static constexpr const char* kName = "mul";
   static constexpr bool kNeedsInputs = true;
-  template <class T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a * b);
-  }
   // Each operand's gradient reads only the other one (Op::saves_for saves only that).
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return {b.defined() ? mul(g, b) : Tensor(), a.defined() ? mul(g, a) : Tensor()};
@@ -58,10 +46,6 @@ struct MulFn {
 struct DivFn {
   static constexpr const char* kName = "div";
   static constexpr bool kNeedsInputs = true;
-  template <class T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a / b);
-  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     Tensor ga = div(g, b);
     return {ga, neg(div(mul(ga, a), b))};
@@ -71,10 +55,6 @@ struct DivFn {
 struct PowFn {
   static constexpr const char* kName = "pow";
   static constexpr bool kNeedsInputs = true;
-  template <class T>
-  static T apply(T a, T b) {
-    return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     Tensor ga = mul(mul(g, b), pow(a, sub(b, 1.0)));
     // d/db a^b = a^b log a; PyTorch defines it as 0 where a == 0 and b >= 0 (the limit).
@@ -96,12 +76,6 @@ Grads extremum_grads(const Tensor& a_lost, const Tensor& b_lost, const Tensor& t
 struct MaximumFn {
   static constexpr const char* kName = "maximum";
   static constexpr bool kNeedsInputs = true;
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>)
-      if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN propagates, as in PyTorch
-    return a > b ? a : b;
-  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return extremum_grads(lt(a, b), gt(a, b), eq(a, b), g);
   }
@@ -110,24 +84,10 @@ struct MaximumFn {
 struct MinimumFn {
   static constexpr const char* kName = "minimum";
   static constexpr bool kNeedsInputs = true;
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>)
-      if (std::isnan(a) || std::isnan(b)) return a + b;
-    return a < b ? a : b;
-  }
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return extremum_grads(gt(a, b), lt(a, b), eq(a, b), g);
   }
 };
-
-// Converts `t` to `dt` for a kernel without recording anything (inputs of mixed dtypes).
-Tensor as_dtype(const Tensor& t, DType dt) {
-  if (t.dtype() == dt) return t;
-  Tensor out = empty(t.shape(), {dt, t.device()});
-  copy_into(out, t);
-  return out;
-}
 
 template <class Fn>
 class BinaryOp final : public Op {
@@ -149,29 +109,6 @@ class BinaryOp final : public Op {
            "supported; to invert a mask use logical_not)",
            in[0].describe(), in[1].describe());
     return {{shape, dt, in[0].device(), elementwise_format(in, shape)}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    DType dt = out[0].dtype();
-    visit_dtype(dt, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      // tensor (op) scalar, the common case of `x * 0.5`: the scalar is read once, not converted
-      // into a tensor of the result dtype.
-      if (in[1].dim() == 0 && in[0].dtype() == dt) {
-        C y = scalar_value<C>(in[1]);
-        map_unary<T, T>(in[0], out[0], [y](C x) { return Fn::template apply<C>(x, y); });
-        return;
-      }
-      if (in[0].dim() == 0 && in[1].dtype() == dt) {
-        C x = scalar_value<C>(in[0]);
-        map_unary<T, T>(in[1], out[0], [x](C y) { return Fn::template apply<C>(x, y); });
-        return;
-      }
-      Tensor a = as_dtype(in[0], dt);
-      Tensor b = as_dtype(in[1], dt);
-      map_binary<T, T, T>(a, b, out[0], [](C x, C y) { return Fn::template apply<C>(x, y); });
-    });
   }
 
   Saves saves() const override { return {Fn::kNeedsInputs, false}; }

@@ -1,10 +1,10 @@
 // relu_backward: relu's gradient as one op, grad where x > 0 and 0 elsewhere, in one pass (the
 // composition mul(grad, to_dtype(gt(x, 0))) makes three passes and two temporaries). It selects
 // rather than multiplies, as PyTorch's threshold_backward does: an infinite or NaN grad where x <=
-// 0 gives 0, and a NaN x passes grad through (NaN <= 0 is false).
+// 0 gives 0, and a NaN x passes grad through (NaN <= 0 is false). The kernel is in
+// kiln/backend/cpu/relu_backward.cpp (Note [kernel table]).
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/unary.h"
 
@@ -24,16 +24,6 @@ class ReluBackwardOp final : public Op {
       fail(name(), loc, "expected input of the grad's shape, dtype and device ({}), but got {}",
            g.describe(), x.describe());
     return {{g.shape(), g.dtype(), g.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<compute_t<T>>) {
-        using C = compute_t<T>;
-        map_binary<T, T, T>(in[0], in[1], out[0], [](C g, C x) { return x <= C(0) ? C(0) : g; });
-      }
-    });
   }
 
   // Linear in grad (its own transpose); the mask is piecewise constant in x, so x gets zeros.

@@ -1,10 +1,9 @@
 // Elementwise functions of one tensor: one UnaryOp template, one small struct per function (name,
-// dtype policy, scalar function in compute type, gradient written with public ops).
+// dtype policy, attributes, gradient written with public ops). The scalar math and the loop are
+// the CPU kernel in kiln/backend/cpu/unary_ops.cpp (Note [kernel table]); the attributes it reads
+// are in unary_ops.h.
 #include "kiln/ops/unary.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "kiln/ops/binary.h"
@@ -14,6 +13,7 @@
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
+#include "kiln/ops/unary_ops.h"
 
 namespace kiln {
 
@@ -24,9 +24,8 @@ namespace {
 // sign, relu, clamp) keeps integer dtypes; of those only sign accepts bool (PyTorch rejects the
 // rest, and neg points at logical_not). gelu, silu and softplus accept floating tensors only, as
 // PyTorch's kernels do. Integer tensors never require grad, so gradients are only
-// ever asked of floating inputs.
-template <class T>
-constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+// ever asked of floating inputs. infer decides the output dtype; the kernel computes in the
+// input's type when the output keeps it, in float32 otherwise.
 
 // Defaults an entry may override: what vjp needs, attributes, extra validation.
 struct UnaryDefaults {
@@ -54,31 +53,20 @@ struct Integral : UnaryDefaults {
   static constexpr bool kFloatOnly = false;
 };
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
+using detail::kGeluTanhBeta;
+using detail::kGeluTanhKappa;
+using detail::kSqrt1_2;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
-constexpr double kGeluTanhBeta = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kGeluTanhKappa = 0.044715;
 
 struct NegFn : Integral {
   static constexpr const char* kName = "neg";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
-  template <class T>
-  T apply(T x) const {
-    return static_cast<T>(-x);
-  }
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return neg(g); }
 };
 
 struct AbsFn : Integral {
   static constexpr const char* kName = "abs";
-  template <class T>
-  T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T>)
-      return x;
-    else
-      return x < T(0) ? static_cast<T>(-x) : x;
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, sign(x)); }
 };
 
@@ -86,13 +74,6 @@ struct SignFn : Integral {
   static constexpr const char* kName = "sign";
   static constexpr bool kAcceptsBool = true;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
-  template <class T>
-  T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>)
-      return static_cast<T>(x != T(0));
-    else
-      return static_cast<T>((T(0) < x) - (x < T(0)));  // NaN gives 0, as in PyTorch
-  }
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return zeros_like(g); }
 };
 
@@ -102,52 +83,28 @@ struct ReluFn : Integral {
   // the next op (a convolution, a linear layer) saves anyway: saving x would keep a second
   // activation alive (PyTorch saves the result too).
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    if constexpr (std::is_unsigned_v<T>)
-      return x;
-    else
-      return x <= T(0) ? T(0) : x;  // NaN is not <= 0 and propagates, as in PyTorch
-  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return relu_backward(g, y); }
 };
 
+// Integer inputs keep their dtype; the kernel rounds fractional bounds (Note [integer clamp] in
+// kiln/backend/cpu/unary_ops.cpp).
 struct ClampFn : Integral {
   static constexpr const char* kName = "clamp";
-  std::optional<double> min, max;
-  ClampFn(std::optional<double> lo, std::optional<double> hi) : min(lo), max(hi) {}
+  detail::ClampAttrs a;
+  ClampFn(std::optional<double> lo, std::optional<double> hi) : a{lo, hi} {}
   nlohmann::json attrs() const {
-    return {{"min", attr_optional(min)}, {"max", attr_optional(max)}};
+    return {{"min", attr_optional(a.min)}, {"max", attr_optional(a.max)}};
   }
-  static ClampFn from_attrs(const Attrs& a) { return {a.opt_f("min"), a.opt_f("max")}; }
+  static ClampFn from_attrs(const Attrs& at) { return {at.opt_f("min"), at.opt_f("max")}; }
   void validate(const char* name, const Tensor& x, const Loc& loc) const {
-    if (!min && !max)
+    if (!a.min && !a.max)
       fail(name, loc, "expected at least one of min and max, but got neither (input {})",
            x.describe());
   }
-  // Note [integer clamp]: kiln keeps integer dtypes where PyTorch 1.13 promotes to float32 for a
-  // fractional bound; the integer result is the exact one (min rounds up, max rounds down), and
-  // bounds outside the dtype's range saturate instead of overflowing.
-  template <class T>
-  static T bound(double v, bool is_min) {
-    if constexpr (std::is_integral_v<T>) {
-      v = is_min ? std::ceil(v) : std::floor(v);
-      v = std::clamp(v, static_cast<double>(std::numeric_limits<T>::min()),
-                     static_cast<double>(std::numeric_limits<T>::max()));
-    }
-    return static_cast<T>(v);
-  }
-  template <class T>
-  T apply(T x) const {
-    // std::max/min keep their first argument when comparisons fail, so NaN propagates.
-    if (min) x = std::max(x, bound<T>(*min, true));
-    if (max) x = std::min(x, bound<T>(*max, false));
-    return x;
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     Tensor inside;
-    if (min) inside = ge(x, *min);
-    if (max) inside = inside.defined() ? logical_and(inside, le(x, *max)) : le(x, *max);
+    if (a.min) inside = ge(x, *a.min);
+    if (a.max) inside = inside.defined() ? logical_and(inside, le(x, *a.max)) : le(x, *a.max);
     return where(inside, g, 0.0);
   }
 };
@@ -155,48 +112,28 @@ struct ClampFn : Integral {
 struct ExpFn : Floating {
   static constexpr const char* kName = "exp";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    return std::exp(x);
-  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return mul(g, y); }
 };
 
 struct LogFn : Floating {
   static constexpr const char* kName = "log";
-  template <class T>
-  T apply(T x) const {
-    return std::log(x);
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, x); }
 };
 
 struct Log1pFn : Floating {
   static constexpr const char* kName = "log1p";
-  template <class T>
-  T apply(T x) const {
-    return std::log1p(x);
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, add(x, 1.0)); }
 };
 
 struct SqrtFn : Floating {
   static constexpr const char* kName = "sqrt";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    return std::sqrt(x);
-  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return div(g, mul(y, 2.0)); }
 };
 
 struct RsqrtFn : Floating {
   static constexpr const char* kName = "rsqrt";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    return T(1) / std::sqrt(x);
-  }
   // d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(mul(g, mul(y, mul(y, y))), -0.5);
@@ -205,29 +142,17 @@ struct RsqrtFn : Floating {
 
 struct SinFn : Floating {
   static constexpr const char* kName = "sin";
-  template <class T>
-  T apply(T x) const {
-    return std::sin(x);
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, cos(x)); }
 };
 
 struct CosFn : Floating {
   static constexpr const char* kName = "cos";
-  template <class T>
-  T apply(T x) const {
-    return std::cos(x);
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return neg(mul(g, sin(x))); }
 };
 
 struct TanhFn : Floating {
   static constexpr const char* kName = "tanh";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    return std::tanh(x);
-  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, sub(1.0, mul(y, y)));
   }
@@ -236,10 +161,6 @@ struct TanhFn : Floating {
 struct SigmoidFn : Floating {
   static constexpr const char* kName = "sigmoid";
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
-  template <class T>
-  T apply(T x) const {
-    return T(1) / (T(1) + std::exp(-x));
-  }
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, mul(y, sub(1.0, y)));
   }
@@ -248,10 +169,6 @@ struct SigmoidFn : Floating {
 // Exact gelu's gradient needs the normal CDF, hence erf.
 struct ErfFn : Floating {
   static constexpr const char* kName = "erf";
-  template <class T>
-  T apply(T x) const {
-    return std::erf(x);
-  }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
   }
@@ -259,27 +176,21 @@ struct ErfFn : Floating {
 
 struct GeluFn : FloatingOnly {
   static constexpr const char* kName = "gelu";
-  std::string approximate;
-  bool use_tanh;
-  explicit GeluFn(std::string a) : approximate(std::move(a)), use_tanh(approximate == "tanh") {}
-  nlohmann::json attrs() const { return {{"approximate", approximate}}; }
-  static GeluFn from_attrs(const Attrs& a) { return GeluFn(a.s("approximate")); }
+  detail::GeluAttrs a;
+  explicit GeluFn(std::string approximate) {
+    a.use_tanh = approximate == "tanh";
+    a.approximate = std::move(approximate);
+  }
+  nlohmann::json attrs() const { return {{"approximate", a.approximate}}; }
+  static GeluFn from_attrs(const Attrs& at) { return GeluFn(at.s("approximate")); }
   void validate(const char* name, const Tensor& x, const Loc& loc) const {
-    if (approximate != "none" && approximate != "tanh")
+    if (a.approximate != "none" && a.approximate != "tanh")
       fail(name, loc,
            "expected approximate to be one of \"none\", \"tanh\", but got \"{}\" (input {})",
-           approximate, x.describe());
-  }
-  template <class T>
-  T apply(T x) const {
-    if (use_tanh) {
-      T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * x * x * x);
-      return T(0.5) * x * (T(1) + std::tanh(inner));
-    }
-    return x * T(0.5) * (T(1) + std::erf(x * T(kSqrt1_2)));
+           a.approximate, x.describe());
   }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
-    if (use_tanh) {
+    if (a.use_tanh) {
       Tensor x2 = mul(x, x);
       Tensor t = tanh(mul(add(x, mul(mul(x, x2), kGeluTanhKappa)), kGeluTanhBeta));
       // d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) beta (1 + 3 kappa x^2)
@@ -295,10 +206,6 @@ struct GeluFn : FloatingOnly {
 
 struct SiluFn : FloatingOnly {
   static constexpr const char* kName = "silu";
-  template <class T>
-  T apply(T x) const {
-    return x / (T(1) + std::exp(-x));
-  }
   // d/dx x s(x) = s (1 + x (1 - s))
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     Tensor s = sigmoid(x);
@@ -308,38 +215,28 @@ struct SiluFn : FloatingOnly {
 
 struct SoftplusFn : FloatingOnly {
   static constexpr const char* kName = "softplus";
-  double beta, threshold;
-  SoftplusFn(double b, double t) : beta(b), threshold(t) {}
+  detail::SoftplusAttrs a;
+  SoftplusFn(double beta, double threshold) : a{beta, threshold} {}
   nlohmann::json attrs() const {
-    return {{"beta", attr_double(beta)}, {"threshold", attr_double(threshold)}};
+    return {{"beta", attr_double(a.beta)}, {"threshold", attr_double(a.threshold)}};
   }
-  static SoftplusFn from_attrs(const Attrs& a) { return {a.f("beta"), a.f("threshold")}; }
-  template <class T>
-  T apply(T x) const {
-    T z = x * T(beta);
-    return z > T(threshold) ? x : static_cast<T>(std::log1p(std::exp(z)) / T(beta));
-  }
+  static SoftplusFn from_attrs(const Attrs& at) { return {at.f("beta"), at.f("threshold")}; }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
-    Tensor z = mul(x, beta);
-    return where(gt(z, threshold), g, mul(g, sigmoid(z)));
+    Tensor z = mul(x, a.beta);
+    return where(gt(z, a.threshold), g, mul(g, sigmoid(z)));
   }
 };
 
 struct PowFn : Floating {
   static constexpr const char* kName = "pow_scalar";  // "pow" is the tensor-exponent op
-  double exponent;
-  explicit PowFn(double e) : exponent(e) {}
-  nlohmann::json attrs() const { return {{"exponent", attr_double(exponent)}}; }
-  static PowFn from_attrs(const Attrs& a) { return PowFn(a.f("exponent")); }
-  template <class T>
-  T apply(T x) const {
-    if (exponent == 2.0) return x * x;  // exact, and what PyTorch does
-    return static_cast<T>(std::pow(x, static_cast<T>(exponent)));
-  }
+  detail::PowScalarAttrs a;
+  explicit PowFn(double exponent) : a{exponent} {}
+  nlohmann::json attrs() const { return {{"exponent", attr_double(a.exponent)}}; }
+  static PowFn from_attrs(const Attrs& at) { return PowFn(at.f("exponent")); }
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     // x^0 is constant; the general formula would give 0 * x^-1 = NaN at x = 0.
-    if (exponent == 0.0) return zeros_like(g);
-    return mul(mul(g, exponent), pow(x, exponent - 1.0));
+    if (a.exponent == 0.0) return zeros_like(g);
+    return mul(mul(g, a.exponent), pow(x, a.exponent - 1.0));
   }
 };
 
@@ -347,6 +244,7 @@ template <class Fn>
 class UnaryOp final : public Op {
  public:
   explicit UnaryOp(Fn fn) : fn_(std::move(fn)) {}
+  const Fn& fn() const { return fn_; }
   const char* name() const override { return Fn::kName; }
   nlohmann::json attrs() const override { return fn_.attrs(); }
 
@@ -365,22 +263,6 @@ class UnaryOp final : public Op {
     }
     if (!is_floating(dt) && !Fn::kKeepsIntegers) dt = DType::Float32;
     return {{x.shape(), dt, x.device(), elementwise_format(in, x.shape())}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_same_v<T, bool> && !Fn::kAcceptsBool) {
-        KILN_INTERNAL_ASSERT(false, std::string(Fn::kName) + " reached its kernel with bool");
-      } else if constexpr (kIsFloat<T> || Fn::kKeepsIntegers) {
-        using C = compute_t<T>;
-        map_unary<T, T>(in[0], out[0], [this](C v) { return fn_.template apply<C>(v); });
-      } else {
-        map_unary<T, float>(in[0], out[0], [this](auto v) {
-          return fn_.template apply<float>(static_cast<float>(v));
-        });
-      }
-    });
   }
 
   Saves saves() const override { return Fn::kSaves; }
@@ -426,7 +308,27 @@ const bool unary_ops_registered =
                        RsqrtFn, SinFn, CosFn, TanhFn, SigmoidFn, ErfFn, GeluFn, SiluFn, SoftplusFn,
                        PowFn>();
 
+template <class Fn>
+const Fn& unary_fn(const Op& op, const char* what) {
+  const auto* o = dynamic_cast<const UnaryOp<Fn>*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string(what) + " of op '" + op.name() + "'");
+  return o->fn();
+}
+
 }  // namespace
+
+const detail::ClampAttrs& detail::clamp_attrs(const Op& op) {
+  return unary_fn<ClampFn>(op, "clamp_attrs").a;
+}
+const detail::PowScalarAttrs& detail::pow_scalar_attrs(const Op& op) {
+  return unary_fn<PowFn>(op, "pow_scalar_attrs").a;
+}
+const detail::GeluAttrs& detail::gelu_attrs(const Op& op) {
+  return unary_fn<GeluFn>(op, "gelu_attrs").a;
+}
+const detail::SoftplusAttrs& detail::softplus_attrs(const Op& op) {
+  return unary_fn<SoftplusFn>(op, "softplus_attrs").a;
+}
 
 Tensor neg(const Tensor& x, const Loc& loc) {
   return unary<NegFn>(x, loc);
