@@ -1,13 +1,12 @@
 // Dropout: the random keep mask is drawn by the public function (so the op itself is a pure,
 // deterministic function of x and the mask) and applied by DropoutOp, whose gradient is the same
-// op applied to the incoming gradient.
+// op applied to the incoming gradient. DropoutOp's CPU kernel is in
+// kiln/backend/cpu/dropout_ops.cpp (Note [kernel table]).
 #include "kiln/ops/dropout.h"
 
-#include <cmath>
-
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/dropout_ops.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 
 namespace kiln {
@@ -18,9 +17,10 @@ namespace {
 // dropped elements, as PyTorch's x * noise does.
 class DropoutOp final : public Op {
  public:
-  explicit DropoutOp(double scale) : scale_(scale) {}
+  explicit DropoutOp(double scale) : a_{scale} {}
+  const detail::DropoutAttrs& dropout_attrs() const { return a_; }
   const char* name() const override { return "dropout"; }
-  nlohmann::json attrs() const override { return {{"scale", scale_}}; }
+  nlohmann::json attrs() const override { return {{"scale", a_.scale}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &mask = in[1];
@@ -32,27 +32,17 @@ class DropoutOp final : public Op {
     return {{x.shape(), x.dtype(), x.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      const C keep = static_cast<C>(scale_);
-      map_binary<T, bool, T>(in[0], in[1], out[0],
-                             [keep](C v, bool m) { return v * (m ? keep : C(0)); });
-    });
-  }
-
   // Only the mask is needed: the op is linear in x.
   // The gradient reads only the mask (input 1), never x.
   Saves saves() const override { return {true, false, ~uint64_t{0}, uint64_t{2}}; }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
-    return {call_op<DropoutOp>({ctx.grads[0], ctx.inputs[1]}, Loc::current(), scale_), Tensor()};
+    return {call_op<DropoutOp>({ctx.grads[0], ctx.inputs[1]}, Loc::current(), a_.scale), Tensor()};
   }
 
  private:
-  double scale_;
+  detail::DropoutAttrs a_;
 };
 
 KILN_REGISTER_OP("dropout", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a) -> OpPtr {
@@ -60,6 +50,12 @@ KILN_REGISTER_OP("dropout", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a)
 });
 
 }  // namespace
+
+const detail::DropoutAttrs& detail::dropout_attrs(const Op& op) {
+  const auto* d = dynamic_cast<const DropoutOp*>(&op);
+  KILN_INTERNAL_ASSERT(d != nullptr, std::string("dropout_attrs of op '") + op.name() + "'");
+  return d->dropout_attrs();
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen, const Loc& loc) {
   if (!(p >= 0.0 && p <= 1.0))

@@ -1,12 +1,14 @@
+// Factories: full (zeros, ones, the scalars of expressions), arange, linspace, eye, and
+// tensor(values). The ops' CPU kernels are in kiln/backend/cpu/factory_ops.cpp (Note [kernel
+// table]); the random factories are in random_factories.cpp.
 #include "kiln/ops/factories.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
-#include "kiln/core/parallel.h"
 #include "kiln/ops/factory_op.h"
+#include "kiln/ops/factory_ops.h"
 #include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 
@@ -24,32 +26,6 @@ namespace kiln {
 
 namespace {
 
-// A double converted to a storage type, 16-bit floats through float32.
-template <class T>
-T from_double(double v) {
-  return static_cast<T>(static_cast<compute_t<T>>(v));
-}
-
-// Writes value into every element of a freshly allocated (contiguous) tensor.
-void fill_contiguous(const Tensor& t, double value) {
-  if (t.is_meta() || t.numel() == 0) return;
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T v = from_double<T>(value);
-    T* p = static_cast<T*>(t.raw_data());
-    parallel_for(0, t.numel(), kGrain, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, v); });
-  });
-}
-
-// out[i] = f(i) over a contiguous tensor of numel elements, in parallel.
-template <class T, class F>
-void generate(const Tensor& t, F f) {
-  T* p = static_cast<T*>(t.raw_data());
-  parallel_for(0, t.numel(), kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) p[i] = f(i);
-  });
-}
-
 TensorOptions like_options(const Tensor& like, std::optional<DType> dtype) {
   return TensorOptions{dtype.value_or(like.dtype()), like.device(), false};
 }
@@ -58,42 +34,42 @@ bool is_integral_value(double v) {
   return std::isfinite(v) && std::trunc(v) == v;
 }
 
-template <class T>
-constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-}  // namespace
-
-namespace {
-
 class FullOp final : public detail::FactoryOp {
  public:
   FullOp(detail::FactorySpec spec, double value, bool wrapped)
-      : FactoryOp(std::move(spec)), value_(value), wrapped_(wrapped) {}
+      : FactoryOp(std::move(spec)), a_{value, wrapped} {}
+  const detail::FullAttrs& full_attrs() const { return a_; }
   const char* name() const override { return "full"; }
   nlohmann::json extra_attrs() const override {
-    return {{"value", attr_double(value_)}, {"wrapped_number", wrapped_}};
+    return {{"value", attr_double(a_.value)}, {"wrapped_number", a_.wrapped}};
   }
   std::vector<Tensor> forward(const std::vector<Tensor>& in,
                               const std::vector<TensorMeta>& metas) const override {
     std::vector<Tensor> out = Op::forward(in, metas);
     // A number written in an expression (x * 0.5) promotes like a Python scalar
     // (type_promotion.h); the op says so, so a replay promotes the same way.
-    out[0].impl()->is_wrapped_number_ = wrapped_;
+    out[0].impl()->is_wrapped_number_ = a_.wrapped;
     return out;
-  }
-  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
-    fill_contiguous(out[0], value_);
   }
 
  private:
-  double value_;
-  bool wrapped_;
+  detail::FullAttrs a_;
 };
 
 KILN_REGISTER_OP("full", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
   return std::make_shared<const FullOp>(detail::FactorySpec::from_json(a), a.f("value"),
                                         a.b("wrapped_number"));
 });
+
+}  // namespace
+
+const detail::FullAttrs& detail::full_attrs(const Op& op) {
+  const auto* f = dynamic_cast<const FullOp*>(&op);
+  KILN_INTERNAL_ASSERT(f != nullptr, std::string("full_attrs of op '") + op.name() + "'");
+  return f->full_attrs();
+}
+
+namespace {
 
 Tensor run_full(const char* fn, Shape shape, double value, const TensorOptions& options,
                 const Loc& loc, bool wrapped = false) {
@@ -146,92 +122,30 @@ Tensor scalar_tensor(double value, TensorOptions options) {
 
 namespace {
 
-void arange_fill(const Tensor& t, double start, double step) {
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_integral_v<T>) {
-      const auto s = static_cast<int64_t>(start);
-      const auto d = static_cast<int64_t>(step);
-      generate<T>(t, [&](int64_t i) { return static_cast<T>(s + d * i); });
-    } else if constexpr (is_16bit_float<T>) {
-      const auto s = static_cast<float>(start);
-      const auto d = static_cast<float>(step);
-      generate<T>(t, [&](int64_t i) { return T(std::fma(d, static_cast<float>(i), s)); });
-    } else {
-      generate<T>(t, [&](int64_t i) {
-        return static_cast<T>(std::fma(step, static_cast<double>(i), start));
-      });
-    }
-  });
-}
-
-// Note [fused multiply-add in ranges]
-// arange and linspace compute start + i * step with an explicit std::fma. PyTorch's x86 build
-// compiles these kernels with -mfma and lets the compiler contract the expression, so fma is what
-// matches it bit for bit (in its scalar loop; its vectorized chunks add j * step to a chunk base
-// and can differ in the last bit). Spelling it out also keeps kiln's Debug and Release builds,
-// which contract differently, in agreement.
-//
-// Like PyTorch, the first half counts up from start and the second half down from end, so both
-// endpoints are exact and the rounding error is symmetric. The step is computed in the dtype for
-// floats (float32 for 16-bit) and in double for integers, whose values are then truncated.
-void linspace_fill(const Tensor& t, double start, double end) {
-  const int64_t steps = t.numel();
-  if (steps == 0) return;
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using S = std::conditional_t<std::is_integral_v<T>, double, compute_t<T>>;
-    const auto s = static_cast<S>(from_double<compute_t<T>>(start));
-    const auto e = static_cast<S>(from_double<compute_t<T>>(end));
-    const S step = steps > 1 ? (e - s) / static_cast<S>(steps - 1) : S(0);
-    // PyTorch fills steps == 1 with start, which the formula below would give as end.
-    const int64_t halfway = steps == 1 ? 1 : steps / 2;
-    generate<T>(t, [&](int64_t i) {
-      S v = i < halfway ? std::fma(step, static_cast<S>(i), s)
-                        : std::fma(-step, static_cast<S>(steps - 1 - i), e);
-      return static_cast<T>(v);
-    });
-  });
-}
-
-void eye_fill(const Tensor& t) {
-  fill_contiguous(t, 0.0);
-  const int64_t n = t.size(0), cols = t.size(1);
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw_data());
-    for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = from_double<T>(1.0);
-  });
-}
-
-enum class RangeKind { kArange, kLinspace, kEye };
+using detail::RangeKind;
 
 // arange (start, step), linspace (start, end) and eye: values that follow from two numbers and
 // the shape.
 class RangeOp final : public detail::FactoryOp {
  public:
   RangeOp(RangeKind kind, detail::FactorySpec spec, double a, double b)
-      : FactoryOp(std::move(spec)), kind_(kind), a_(a), b_(b) {}
+      : FactoryOp(std::move(spec)), a_{kind, a, b} {}
+  const detail::RangeAttrs& range_attrs() const { return a_; }
   const char* name() const override {
-    return kind_ == RangeKind::kArange     ? "arange"
-           : kind_ == RangeKind::kLinspace ? "linspace"
-                                           : "eye";
+    return a_.kind == RangeKind::kArange     ? "arange"
+           : a_.kind == RangeKind::kLinspace ? "linspace"
+                                             : "eye";
   }
   nlohmann::json extra_attrs() const override {
-    if (kind_ == RangeKind::kArange) return {{"start", attr_double(a_)}, {"step", attr_double(b_)}};
-    if (kind_ == RangeKind::kLinspace)
-      return {{"start", attr_double(a_)}, {"end", attr_double(b_)}};
+    if (a_.kind == RangeKind::kArange)
+      return {{"start", attr_double(a_.a)}, {"step", attr_double(a_.b)}};
+    if (a_.kind == RangeKind::kLinspace)
+      return {{"start", attr_double(a_.a)}, {"end", attr_double(a_.b)}};
     return nlohmann::json::object();
-  }
-  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
-    if (kind_ == RangeKind::kArange) arange_fill(out[0], a_, b_);
-    if (kind_ == RangeKind::kLinspace) linspace_fill(out[0], a_, b_);
-    if (kind_ == RangeKind::kEye) eye_fill(out[0]);
   }
 
  private:
-  RangeKind kind_;
-  double a_, b_;
+  detail::RangeAttrs a_;
 };
 
 KILN_REGISTER_OP("arange", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
@@ -246,6 +160,16 @@ KILN_REGISTER_OP("eye", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
   return std::make_shared<const RangeOp>(RangeKind::kEye, detail::FactorySpec::from_json(a), 0.0,
                                          0.0);
 });
+
+}  // namespace
+
+const detail::RangeAttrs& detail::range_attrs(const Op& op) {
+  const auto* r = dynamic_cast<const RangeOp*>(&op);
+  KILN_INTERNAL_ASSERT(r != nullptr, std::string("range_attrs of op '") + op.name() + "'");
+  return r->range_attrs();
+}
+
+namespace {
 
 Tensor run_range(const char* fn, RangeKind kind, Shape shape, const TensorOptions& options,
                  double a, double b, const Loc& loc) {

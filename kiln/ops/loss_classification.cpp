@@ -1,18 +1,15 @@
-// Classification losses: the fused cross_entropy op, nll_loss (a composite), and the reference
+// Classification losses: the fused cross_entropy op (its CPU kernel is in
+// kiln/backend/cpu/loss_ops.cpp, Note [kernel table]), nll_loss (a composite), and the reference
 // decomposition of cross_entropy that tests compare the fused op with.
-#include <cmath>
-#include <limits>
 #include <vector>
 
-#include "kiln/core/grad_mode.h"
-#include "kiln/core/parallel.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/indexing.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/loss.h"
+#include "kiln/ops/loss_ops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -23,13 +20,8 @@ namespace kiln {
 
 namespace {
 
-// Where the classes are: dim 1 of [N, C, d1, ...], dim 0 of an unbatched [C].
-struct ClassLayout {
-  int64_t class_dim = 1;
-  int64_t classes = 0;
-  bool probs = false;  // target holds probabilities of input's shape (else int64 indices)
-  Shape loss_shape;    // per-position loss shape: input's without the class dim
-};
+using detail::check_target_values;
+using detail::ClassLayout;
 
 // Shape [1, C, 1, ...] (or [C]): a per-class vector that broadcasts against the input.
 Shape class_shape(const ClassLayout& cl, int64_t rank) {
@@ -83,75 +75,6 @@ ClassLayout check_class_args(const char* op, const Tensor& x, const Tensor& targ
   return cl;
 }
 
-// Note [index checks] (indexing.cpp): class indices are checked in one serial pass before any
-// parallel work, so a bad value is an Error naming it.
-void check_target_values(const char* op, const Tensor& target, int64_t classes,
-                         int64_t ignore_index, const Tensor& x, const Loc& loc) {
-  const std::vector<int64_t> values = target.to_vector<int64_t>();
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i] != ignore_index && (values[i] < 0 || values[i] >= classes))
-      fail(op, loc,
-           "expected class indices in [0, {}) (C = {}) or ignore_index {}, but got {} at position "
-           "{} of target {} for input {}",
-           classes, classes, ignore_index, values[i], i, target.describe(), x.describe());
-}
-
-// Per position (row along the class dim): loss_p = -sum_c w_c z_pc log_softmax(x)_pc with z the
-// (smoothed) target distribution, and the weight that position adds to Mean's normalizer. The
-// rows run in parallel into separate slots; the caller sums the slots in a fixed order.
-template <class T>
-void cross_entropy_rows(const Tensor& x, const Tensor& target, const std::vector<double>& w,
-                        const ClassLayout& cl, int64_t ignore_index, double eps,
-                        std::vector<double>& loss, std::vector<double>& norm) {
-  using C = compute_t<T>;
-  const T* px = static_cast<const T*>(x.raw_data());
-  const int64_t classes = cl.classes;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d < cl.class_dim) outer *= x.size(d);
-    if (d > cl.class_dim) inner *= x.size(d);
-  }
-  auto read = [](const auto* p, int64_t k) { return static_cast<double>(static_cast<C>(p[k])); };
-  const double uniform = classes > 0 ? eps / static_cast<double>(classes) : 0.0;
-  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(classes, 1));
-  parallel_for(0, outer * inner, grain, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t start = (p / inner) * classes * inner + p % inner;
-      const T* row = px + start;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t c = 0; c < classes; ++c) {
-        const double v = read(row, c * inner);
-        if (v > m || std::isnan(v)) m = v;
-        if (std::isnan(m)) break;
-      }
-      double s = 0;
-      for (int64_t c = 0; c < classes; ++c) s += std::exp(read(row, c * inner) - m);
-      const double lse = m + std::log(s);
-      if (cl.probs) {
-        const T* trow = static_cast<const T*>(target.raw_data()) + start;
-        double acc = 0;
-        for (int64_t c = 0; c < classes; ++c) {
-          const double z = read(trow, c * inner) * (1 - eps) + uniform;
-          acc -= w[c] * z * (read(row, c * inner) - lse);
-        }
-        loss[p] = acc;
-        norm[p] = 1;
-        continue;
-      }
-      const int64_t t = static_cast<const int64_t*>(target.raw_data())[p];
-      if (t == ignore_index) {
-        loss[p] = norm[p] = 0;
-        continue;
-      }
-      double acc = -(1 - eps) * w[t] * (read(row, t * inner) - lse);
-      if (eps > 0)
-        for (int64_t c = 0; c < classes; ++c) acc -= uniform * w[c] * (read(row, c * inner) - lse);
-      loss[p] = acc;
-      norm[p] = w[t];
-    }
-  });
-}
-
 // Note [fused cross entropy]: one pass computes log-softmax and the loss, never materializing
 // log-probabilities. The gradient needs only the inputs: with y = w * z (weighted target
 // distribution, z = valid one-hot (1 - eps) + valid * eps / C, or the smoothed probabilities),
@@ -160,57 +83,24 @@ void cross_entropy_rows(const Tensor& x, const Tensor& target, const std::vector
 class CrossEntropyOp final : public Op {
  public:
   CrossEntropyOp(int64_t ignore_index, Reduction reduction, double label_smoothing)
-      : ignore_index_(ignore_index), reduction_(reduction), label_smoothing_(label_smoothing) {}
+      : a_{ignore_index, reduction, label_smoothing} {}
+  const detail::CrossEntropyAttrs& cross_entropy_attrs() const { return a_; }
   const char* name() const override { return "cross_entropy"; }
   nlohmann::json attrs() const override {
-    return {{"ignore_index", ignore_index_},
-            {"reduction", reduction_name(reduction_)},
-            {"label_smoothing", attr_double(label_smoothing_)}};
+    return {{"ignore_index", a_.ignore_index},
+            {"reduction", reduction_name(a_.reduction)},
+            {"label_smoothing", attr_double(a_.label_smoothing)}};
   }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
     ClassLayout cl = check_class_args(name(), x, in[1], in.size() > 2 ? in[2] : Tensor(), true,
-                                      ignore_index_, reduction_, loc);
-    if (!(label_smoothing_ >= 0.0 && label_smoothing_ <= 1.0))
+                                      a_.ignore_index, a_.reduction, loc);
+    if (!(a_.label_smoothing >= 0.0 && a_.label_smoothing <= 1.0))
       fail(name(), loc, "expected label_smoothing in [0, 1], but got {} for input {}",
-           label_smoothing_, x.describe());
-    Shape out = reduction_ == Reduction::None ? cl.loss_shape : Shape{};
+           a_.label_smoothing, x.describe());
+    Shape out = a_.reduction == Reduction::None ? cl.loss_shape : Shape{};
     return {{out, x.dtype(), x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    Tensor x = in[0], target = in[1];
-    {
-      NoGradGuard no_grad;
-      x = contiguous(x);
-      target = contiguous(target);
-    }
-    const ClassLayout cl = layout(x, target);
-    if (!cl.probs)
-      check_target_values(name(), target, cl.classes, ignore_index_, x, kernel_call_site());
-    std::vector<double> w(static_cast<size_t>(cl.classes), 1.0);
-    if (in.size() > 2) w = in[2].to_vector<double>();
-    const int64_t positions = shape_numel(cl.loss_shape);
-    std::vector<double> loss(static_cast<size_t>(positions)), norm(loss.size());
-    visit_dtype(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<compute_t<T>>) {
-        cross_entropy_rows<T>(x, target, w, cl, ignore_index_, label_smoothing_, loss, norm);
-        T* po = static_cast<T*>(out[0].raw_data());
-        if (reduction_ == Reduction::None) {
-          for (int64_t p = 0; p < positions; ++p) po[p] = static_cast<T>(loss[p]);
-          return;
-        }
-        double total = 0, denom = 0;
-        for (int64_t p = 0; p < positions; ++p) {
-          total += loss[p];
-          denom += norm[p];
-        }
-        // Mean over nothing (all ignored, or no positions) is 0 / 0 = NaN, as in PyTorch.
-        *po = static_cast<T>(reduction_ == Reduction::Mean ? total / denom : total);
-      }
-    });
   }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
@@ -218,7 +108,7 @@ class CrossEntropyOp final : public Op {
     const bool has_weight = ctx.inputs.size() > 2;
     const ClassLayout cl = layout(x, t);
     const int64_t cd = cl.class_dim;
-    const double eps = label_smoothing_, uniform = eps / static_cast<double>(cl.classes);
+    const double eps = a_.label_smoothing, uniform = eps / static_cast<double>(cl.classes);
     const Shape wshape = class_shape(cl, x.dim());
     const Tensor wv = has_weight ? reshape(ctx.inputs[2], wshape) : Tensor();
     // z: the target distribution without class weights; denom: Mean's normalizer.
@@ -226,7 +116,7 @@ class CrossEntropyOp final : public Op {
     if (cl.probs) {
       z = eps > 0 ? add(mul(t, 1 - eps), uniform) : t;
     } else {
-      valid = unsqueeze(ne(t, static_cast<double>(ignore_index_)), cd);
+      valid = unsqueeze(ne(t, static_cast<double>(a_.ignore_index)), cd);
       const Tensor classes = reshape(
           arange(static_cast<double>(cl.classes), TensorOptions{DType::Int64, x.device()}), wshape);
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
@@ -238,8 +128,8 @@ class CrossEntropyOp final : public Op {
     }
     const Tensor y = has_weight ? mul(z, wv) : z;
     Tensor gs = g;  // the upstream gradient times the reduction's scale, broadcastable to x
-    if (reduction_ == Reduction::None) gs = unsqueeze(g, cd);
-    if (reduction_ == Reduction::Mean)
+    if (a_.reduction == Reduction::None) gs = unsqueeze(g, cd);
+    if (a_.reduction == Reduction::Mean)
       gs = cl.probs ? div(g, static_cast<double>(shape_numel(cl.loss_shape))) : div(g, denom);
 
     std::vector<Tensor> grads(ctx.inputs.size());
@@ -257,7 +147,7 @@ class CrossEntropyOp final : public Op {
       // loss = sum_pc w_c per_pc (/ denom), per = -z * log_softmax(x).
       const Tensor per = neg(mul(z, log_softmax(x, cd)));
       Tensor gw = sum_to(mul(gs, per), wshape);
-      if (!cl.probs && reduction_ == Reduction::Mean) {
+      if (!cl.probs && a_.reduction == Reduction::Mean) {
         // denom = sum_c w_c count_c depends on the weights too.
         const Tensor value = div(sum(mul(per, wv)), denom);
         gw = sub(gw, mul(mul(gs, value), sum_to(onehot, wshape)));
@@ -267,15 +157,14 @@ class CrossEntropyOp final : public Op {
     return grads;
   }
 
- private:
+  // The layout of checked arguments (the kernel's, the vjp's).
   ClassLayout layout(const Tensor& x, const Tensor& target) const {
-    return check_class_args(name(), x, target, Tensor(), true, ignore_index_, reduction_,
+    return check_class_args(name(), x, target, Tensor(), true, a_.ignore_index, a_.reduction,
                             kernel_call_site());
   }
 
-  int64_t ignore_index_;
-  Reduction reduction_;
-  double label_smoothing_;
+ private:
+  detail::CrossEntropyAttrs a_;
 };
 
 KILN_REGISTER_OP("cross_entropy", (OpSchema{{"input", "target", "weight?"}, {"loss"}}),
@@ -284,6 +173,36 @@ KILN_REGISTER_OP("cross_entropy", (OpSchema{{"input", "target", "weight?"}, {"lo
                        a.i("ignore_index"), reduction_from_string(a.s("reduction")),
                        a.f("label_smoothing"));
                  });
+
+}  // namespace
+
+const detail::CrossEntropyAttrs& detail::cross_entropy_attrs(const Op& op) {
+  const auto* c = dynamic_cast<const CrossEntropyOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr, std::string("cross_entropy_attrs of op '") + op.name() + "'");
+  return c->cross_entropy_attrs();
+}
+
+detail::ClassLayout detail::cross_entropy_layout(const Op& op, const Tensor& x,
+                                                 const Tensor& target) {
+  const auto* c = dynamic_cast<const CrossEntropyOp*>(&op);
+  KILN_INTERNAL_ASSERT(c != nullptr, std::string("cross_entropy_layout of op '") + op.name() + "'");
+  return c->layout(x, target);
+}
+
+// Note [index checks] (indexing.cpp): class indices are checked in one serial pass before any
+// parallel work, so a bad value is an Error naming it.
+void detail::check_target_values(const char* op, const Tensor& target, int64_t classes,
+                                 int64_t ignore_index, const Tensor& x, const Loc& loc) {
+  const std::vector<int64_t> values = target.to_vector<int64_t>();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] != ignore_index && (values[i] < 0 || values[i] >= classes))
+      fail(op, loc,
+           "expected class indices in [0, {}) (C = {}) or ignore_index {}, but got {} at position "
+           "{} of target {} for input {}",
+           classes, classes, ignore_index, values[i], i, target.describe(), x.describe());
+}
+
+namespace {
 
 Tensor apply_class_reduction(const Tensor& loss, const Tensor& normalizer, Reduction reduction,
                              const Loc& loc) {

@@ -1,13 +1,11 @@
-// rand, randn, randint and the bernoulli mask of dropout as ops (Note [random ops]).
-#include <cstring>
-#include <type_traits>
-
-#include "kiln/core/parallel.h"
+// rand, randn, randint and the bernoulli mask of dropout as ops (Note [random ops]). Their CPU
+// kernel, which draws the numbers, is in kiln/backend/cpu/random_ops.cpp (Note [kernel table]).
+#include "kiln/core/rng.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/factory_op.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
+#include "kiln/ops/random_ops.h"
 
 namespace kiln {
 
@@ -23,7 +21,8 @@ namespace kiln {
 
 namespace {
 
-enum class Dist { kUniform, kNormal, kRandint, kBernoulli };
+using detail::Dist;
+using detail::Draw;
 
 const char* dist_name(Dist d) {
   switch (d) {
@@ -39,24 +38,6 @@ const char* dist_name(Dist d) {
   return "random";
 }
 
-// The largest value of a 16-bit float type below 1: rounding a float32 uniform such as
-// 0.9999 to float16 gives exactly 1, which rand must never return.
-template <class T>
-T below_one() {
-  T one(1.0f);
-  one.bits = static_cast<uint16_t>(one.bits - 1);
-  return one;
-}
-
-template <class T>
-constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-struct Draw {
-  uint64_t seed = 0, offset = 0;
-  int64_t low = 0, high = 0;  // randint
-  double p = 0.0;             // bernoulli: the probability of true
-};
-
 bool wide(Dist d, DType dt, const Draw& draw) {
   if (d == Dist::kUniform) return dt == DType::Float64;
   if (d == Dist::kRandint)
@@ -64,86 +45,33 @@ bool wide(Dist d, DType dt, const Draw& draw) {
   return false;
 }
 
-void fill(Dist dist, const Tensor& t, const Draw& d) {
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  Generator gen(d.seed);
-  gen.set_offset(d.offset);
-  const Loc loc = kernel_call_site();
-  if (dist == Dist::kBernoulli) {
-    // bool is one byte holding 0 or 1, exactly what fill_bernoulli writes.
-    fill_bernoulli(static_cast<uint8_t*>(t.raw_data()), n, d.p, gen, loc);
-    return;
-  }
-  if (dist == Dist::kRandint) {
-    if (t.dtype() == DType::Int64) {
-      fill_randint(t.data<int64_t>(), n, d.low, d.high, gen, loc);
-      return;
-    }
-    std::vector<int64_t> buf(static_cast<size_t>(n));
-    fill_randint(buf.data(), n, d.low, d.high, gen, loc);
-    Tensor src = tensor(buf, t.shape());
-    copy_into(t, src);
-    return;
-  }
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      T* p = static_cast<T*>(t.raw_data());
-      if (dist == Dist::kUniform)
-        fill_uniform(p, n, T(0), T(1), gen, loc);
-      else
-        fill_normal(p, n, T(0), T(1), gen, loc);
-    } else if constexpr (is_16bit_float<T>) {
-      std::vector<float> buf(static_cast<size_t>(n));
-      if (dist == Dist::kUniform)
-        fill_uniform(buf.data(), n, 0.0f, 1.0f, gen, loc);
-      else
-        fill_normal(buf.data(), n, 0.0f, 1.0f, gen, loc);
-      const T top = below_one<T>();
-      const bool uniform = dist == Dist::kUniform;
-      T* p = static_cast<T*>(t.raw_data());
-      parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          T v(buf[static_cast<size_t>(i)]);
-          p[i] = uniform && static_cast<float>(v) >= 1.0f ? top : v;
-        }
-      });
-    } else {
-      KILN_INTERNAL_ASSERT(false, "a floating random fill reached a non-floating dtype");
-    }
-  });
-}
-
 class RandomOp final : public detail::FactoryOp {
  public:
   RandomOp(Dist dist, detail::FactorySpec spec, Draw draw)
-      : FactoryOp(std::move(spec)), dist_(dist), draw_(draw) {}
-  const char* name() const override { return dist_name(dist_); }
+      : FactoryOp(std::move(spec)), a_{dist, draw} {}
+  const detail::RandomAttrs& random_attrs() const { return a_; }
+  const char* name() const override { return dist_name(a_.dist); }
   nlohmann::json extra_attrs() const override {
-    nlohmann::json j = {{"seed", draw_.seed}, {"offset", draw_.offset}};
-    if (dist_ == Dist::kRandint) j.update({{"low", draw_.low}, {"high", draw_.high}});
-    if (dist_ == Dist::kBernoulli) j["p"] = attr_double(draw_.p);
+    nlohmann::json j = {{"seed", a_.draw.seed}, {"offset", a_.draw.offset}};
+    if (a_.dist == Dist::kRandint) j.update({{"low", a_.draw.low}, {"high", a_.draw.high}});
+    if (a_.dist == Dist::kBernoulli) j["p"] = attr_double(a_.draw.p);
     return j;
   }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const DType dt = spec_.options.dtype;
-    if ((dist_ == Dist::kUniform || dist_ == Dist::kNormal) && !is_floating(dt))
+    if ((a_.dist == Dist::kUniform || a_.dist == Dist::kNormal) && !is_floating(dt))
       fail(name(), loc, "expected a floating-point dtype, but got {}", dtype_name(dt));
-    if (dist_ == Dist::kBernoulli && (dt != DType::Bool || !(draw_.p >= 0.0 && draw_.p <= 1.0)))
+    if (a_.dist == Dist::kBernoulli &&
+        (dt != DType::Bool || !(a_.draw.p >= 0.0 && a_.draw.p <= 1.0)))
       fail(name(), loc, "expected a bool mask and 0 <= p <= 1, but got {} and p = {}",
-           dtype_name(dt), draw_.p);
-    if (dist_ == Dist::kRandint && draw_.low >= draw_.high)
-      fail(name(), loc, "expected low < high, but got low={}, high={}", draw_.low, draw_.high);
+           dtype_name(dt), a_.draw.p);
+    if (a_.dist == Dist::kRandint && a_.draw.low >= a_.draw.high)
+      fail(name(), loc, "expected low < high, but got low={}, high={}", a_.draw.low, a_.draw.high);
     return FactoryOp::infer(in, loc);
-  }
-  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
-    fill(dist_, out[0], draw_);
   }
 
  private:
-  Dist dist_;
-  Draw draw_;
+  detail::RandomAttrs a_;
 };
 
 template <Dist kDist>
@@ -160,6 +88,16 @@ KILN_REGISTER_OP("rand", (OpSchema{{}, {"y"}}), make_random<Dist::kUniform>);
 KILN_REGISTER_OP("randn", (OpSchema{{}, {"y"}}), make_random<Dist::kNormal>);
 KILN_REGISTER_OP("randint", (OpSchema{{}, {"y"}}), make_random<Dist::kRandint>);
 KILN_REGISTER_OP("bernoulli", (OpSchema{{}, {"mask"}}), make_random<Dist::kBernoulli>);
+
+}  // namespace
+
+const detail::RandomAttrs& detail::random_attrs(const Op& op) {
+  const auto* r = dynamic_cast<const RandomOp*>(&op);
+  KILN_INTERNAL_ASSERT(r != nullptr, std::string("random_attrs of op '") + op.name() + "'");
+  return r->random_attrs();
+}
+
+namespace {
 
 // Checks, reserves the blocks (not on meta), and dispatches; errors name `fn`.
 Tensor run_random(const char* fn, Dist dist, Shape shape, TensorOptions options, Draw draw,

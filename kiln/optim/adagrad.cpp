@@ -1,7 +1,8 @@
 #include "kiln/optim/adagrad.h"
 
-#include "kiln/optim/update_kernels.h"
-#include "kiln/optim/update_op.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/optimizer_update.h"
+#include "kiln/optim/optimizer_helpers.h"
 
 namespace kiln::optim {
 
@@ -47,44 +48,8 @@ void Adagrad::update(const ParamGroup& group, const Tensor& param, const Tensor&
                           {"eps", attr_double(group.number("eps"))},
                           {"maximize", group.flag("maximize")},
                           {"step", step}};
-  detail::run_update("adagrad_update", std::move(attrs), {param, grad, state.tensors.at("sum")},
-                     step_loc());
+  kiln::detail::optimizer_update(kiln::detail::OptimizerUpdate::kAdagrad, std::move(attrs),
+                                 {param, grad, state.tensors.at("sum")}, step_loc());
 }
-
-namespace {
-
-// t: param, grad, sum (Note [optimizer updates are ops]).
-void adagrad_kernel(const Attrs& a, const std::vector<Tensor>& t) {
-  const double lr = a.f("lr"), lr_decay = a.f("lr_decay");
-  const double weight_decay = a.f("weight_decay"), eps = a.f("eps");
-  const bool maximize = a.b("maximize");
-  const int64_t step = a.i("step");
-  const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
-  const Tensor& param = t[0];
-  detail::visit_floating(param.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    using detail::round_to;
-    T* p = detail::data_of<T>(param);
-    const T* g = detail::data_of<const T>(t[1]);
-    T* sum = detail::data_of<T>(t[2]);
-    const C wd = static_cast<C>(weight_decay), eps_c = static_cast<C>(eps);
-    const C neg_clr = static_cast<C>(-clr);
-    detail::for_each_element(param.numel(), [&](int64_t i) {
-      const C pi = static_cast<C>(p[i]);
-      C gi = static_cast<C>(g[i]);
-      if (maximize) gi = -gi;
-      if (weight_decay != 0) gi = round_to<T>(std::fma(wd, pi, gi));
-      const C si = round_to<T>(static_cast<C>(sum[i]) + C(1) * gi * gi);
-      sum[i] = static_cast<T>(si);
-      const C std_i = round_to<T>(round_to<T>(std::sqrt(si)) + eps_c);
-      p[i] = static_cast<T>(pi + neg_clr * gi / std_i);
-    });
-  });
-}
-
-const bool adagrad_registered = detail::register_update_op("adagrad_update", adagrad_kernel);
-
-}  // namespace
 
 }  // namespace kiln::optim

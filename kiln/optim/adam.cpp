@@ -1,7 +1,8 @@
 #include "kiln/optim/adam.h"
 
-#include "kiln/optim/update_kernels.h"
-#include "kiln/optim/update_op.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/optimizer_update.h"
+#include "kiln/optim/optimizer_helpers.h"
 
 namespace kiln::optim {
 
@@ -72,64 +73,8 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
   std::vector<Tensor> tensors{param, grad, state.tensors.at("exp_avg"),
                               state.tensors.at("exp_avg_sq")};
   if (amsgrad) tensors.push_back(state.tensors.at("max_exp_avg_sq"));
-  detail::run_update("adam_update", std::move(attrs), tensors, step_loc());
+  kiln::detail::optimizer_update(kiln::detail::OptimizerUpdate::kAdam, std::move(attrs), tensors,
+                                 step_loc());
 }
-
-namespace {
-
-// t: param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq] (Note [optimizer updates are ops]).
-void adam_kernel(const Attrs& a, const std::vector<Tensor>& t) {
-  const double lr = a.f("lr"), eps = a.f("eps"), weight_decay = a.f("weight_decay");
-  const double beta1 = a.f("beta1"), beta2 = a.f("beta2");
-  const bool amsgrad = a.b("amsgrad"), maximize = a.b("maximize"), decoupled = a.b("decoupled");
-  const int64_t step = a.i("step");
-  // Scalar arithmetic in double, as Python does it.
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
-  const double step_size = lr / bias_correction1;
-  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-  const Tensor& param = t[0];
-  detail::visit_floating(param.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    using detail::round_to;
-    T* p = detail::data_of<T>(param);
-    const T* g = detail::data_of<const T>(t[1]);
-    T* m = detail::data_of<T>(t[2]);
-    T* v = detail::data_of<T>(t[3]);
-    T* vmax = amsgrad ? detail::data_of<T>(t[4]) : nullptr;
-    const C wd = static_cast<C>(weight_decay), decay = static_cast<C>(1 - lr * weight_decay);
-    const C b1 = static_cast<C>(beta1), one_minus_b1 = static_cast<C>(1 - beta1);
-    const C b2 = static_cast<C>(beta2), one_minus_b2 = static_cast<C>(1 - beta2);
-    const C bc2_sqrt = static_cast<C>(bias_correction2_sqrt), eps_c = static_cast<C>(eps);
-    const C neg_step_size = static_cast<C>(-step_size);
-    detail::for_each_element(param.numel(), [&](int64_t i) {
-      C pi = static_cast<C>(p[i]);
-      C gi = static_cast<C>(g[i]);
-      if (maximize) gi = -gi;
-      if (decoupled)
-        pi = round_to<T>(pi * decay);
-      else if (weight_decay != 0)
-        gi = round_to<T>(std::fma(wd, pi, gi));
-      const C mi = round_to<T>(std::fma(one_minus_b1, gi, round_to<T>(static_cast<C>(m[i]) * b1)));
-      const C vi = round_to<T>(round_to<T>(static_cast<C>(v[i]) * b2) + one_minus_b2 * gi * gi);
-      m[i] = static_cast<T>(mi);
-      v[i] = static_cast<T>(vi);
-      C second = vi;
-      if (amsgrad) {
-        second = round_to<T>(detail::nan_max(static_cast<C>(vmax[i]), vi));
-        vmax[i] = static_cast<T>(second);
-      }
-      C denom = round_to<T>(std::sqrt(second));
-      denom = round_to<T>(denom / bc2_sqrt);
-      denom = round_to<T>(denom + eps_c);
-      p[i] = static_cast<T>(pi + neg_step_size * mi / denom);
-    });
-  });
-}
-
-const bool adam_registered = detail::register_update_op("adam_update", adam_kernel);
-
-}  // namespace
 
 }  // namespace kiln::optim

@@ -5,7 +5,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
-#include "kiln/optim/update_kernels.h"
+#include "kiln/optim/optimizer_helpers.h"
 
 namespace kiln::optim {
 
@@ -58,16 +58,6 @@ bool ParamGroup::flag(const std::string& key, const Loc& loc) const {
 }
 
 namespace detail {
-
-ParamBuffer::ParamBuffer(const Tensor& param)
-    : param_(param), work_(param.is_contiguous() ? param : kiln::clone(param.detach())) {}
-
-void ParamBuffer::finish(const char* op, const Loc& loc) {
-  if (!work_.is_same(param_))
-    param_.copy_(work_, loc);  // bumps the version itself
-  else
-    param_.storage()->bump_version(op, loc);
-}
 
 Tensor zeros_state(const Tensor& param, double value) {
   return full(param.shape(), value, TensorOptions{param.dtype()});

@@ -1,7 +1,8 @@
 #include "kiln/optim/sgd.h"
 
-#include "kiln/optim/update_kernels.h"
-#include "kiln/optim/update_op.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/optimizer_update.h"
+#include "kiln/optim/optimizer_helpers.h"
 
 namespace kiln::optim {
 
@@ -63,44 +64,8 @@ void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
                           {"first_step", first}};
   std::vector<Tensor> tensors{param, grad};
   if (momentum != 0) tensors.push_back(state.tensors.at("momentum_buffer"));
-  detail::run_update("sgd_update", std::move(attrs), tensors, step_loc());
+  kiln::detail::optimizer_update(kiln::detail::OptimizerUpdate::kSgd, std::move(attrs), tensors,
+                                 step_loc());
 }
-
-namespace {
-
-// t: param, grad[, momentum_buffer] (Note [optimizer updates are ops]). On the first step the
-// buffer starts as the gradient, as in PyTorch.
-void sgd_kernel(const Attrs& a, const std::vector<Tensor>& t) {
-  const double lr = a.f("lr"), momentum = a.f("momentum"), dampening = a.f("dampening");
-  const double weight_decay = a.f("weight_decay");
-  const bool nesterov = a.b("nesterov"), maximize = a.b("maximize"), first = a.b("first_step");
-  const Tensor& param = t[0];
-  detail::visit_floating(param.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    using detail::round_to;
-    T* p = detail::data_of<T>(param);
-    const T* g = detail::data_of<const T>(t[1]);
-    T* b = momentum != 0 ? detail::data_of<T>(t[2]) : nullptr;
-    const C wd = static_cast<C>(weight_decay), mom = static_cast<C>(momentum);
-    const C keep = static_cast<C>(1 - dampening), neg_lr = static_cast<C>(-lr);
-    detail::for_each_element(param.numel(), [&](int64_t i) {
-      const C pi = static_cast<C>(p[i]);
-      C d = static_cast<C>(g[i]);
-      if (maximize) d = -d;
-      if (weight_decay != 0) d = round_to<T>(std::fma(wd, pi, d));
-      if (momentum != 0) {
-        C bi = first ? d : round_to<T>(std::fma(keep, d, round_to<T>(static_cast<C>(b[i]) * mom)));
-        b[i] = static_cast<T>(bi);
-        d = nesterov ? round_to<T>(std::fma(mom, bi, d)) : bi;
-      }
-      p[i] = static_cast<T>(std::fma(neg_lr, d, pi));
-    });
-  });
-}
-
-const bool sgd_registered = detail::register_update_op("sgd_update", sgd_kernel);
-
-}  // namespace
 
 }  // namespace kiln::optim

@@ -1,6 +1,6 @@
 #pragma once
 // The registry sample shape shared by the optimizers' update ops (Note [optimizer updates are
-// ops] in kiln/optim/update_op.h).
+// ops] in kiln/ops/optimizer_update.h).
 #include <functional>
 #include <memory>
 #include <string>

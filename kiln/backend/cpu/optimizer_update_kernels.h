@@ -1,5 +1,6 @@
 #pragma once
-// Private helpers of the optimizers' fused update loops.
+// The helpers of the optimizers' fused update loops (kiln/backend/cpu/optimizer_update_ops.cpp;
+// the update ops' definition is kiln/ops/optimizer_update.cpp).
 //
 // Note [optimizer parity]: each update is one loop over the elements that performs, element by
 // element, the same sequence of floating-point operations as PyTorch 1.13's single-tensor
@@ -13,14 +14,13 @@
 // So results agree with PyTorch's to within a few ulps after many steps (test_optim_parity.cpp
 // measures it), not just to a tolerance, and no temporary tensor is allocated per step.
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
 
 #include "kiln/core/parallel.h"
 #include "kiln/core/tensor.h"
 
-namespace kiln::optim::detail {
+namespace kiln::detail {
 
 template <class T, class C>
 inline C round_to(C x) {
@@ -64,38 +64,9 @@ void visit_floating(DType dt, F&& f) {
   }
 }
 
-// The memory an update writes: the parameter itself when it is contiguous, else a contiguous copy
-// that finish() writes back. finish() also bumps the version counter, so autograd notices that
-// saved values changed.
-class ParamBuffer {
- public:
-  explicit ParamBuffer(const Tensor& param);
-  template <class T>
-  T* data() const {
-    return static_cast<T*>(work_.raw_data());
-  }
-  void finish(const char* op, const Loc& loc);
-
- private:
-  Tensor param_;
-  Tensor work_;
-};
-
 template <class T>
 T* data_of(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
 
-// A constant tensor shaped and typed like `param`, contiguous: fresh optimizer state.
-Tensor zeros_state(const Tensor& param, double value = 0.0);
-
-// Option checks shared by the optimizers' validate(); the errors quote PyTorch's constraints.
-double option_number(const nlohmann::json& options, const std::string& key, const std::string& op,
-                     const Loc& loc);
-bool option_flag(const nlohmann::json& options, const std::string& key, const std::string& op,
-                 const Loc& loc);
-// Requires options[key] >= 0.
-double option_nonnegative(const nlohmann::json& options, const std::string& key,
-                          const std::string& op, const Loc& loc);
-
-}  // namespace kiln::optim::detail
+}  // namespace kiln::detail
