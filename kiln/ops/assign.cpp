@@ -28,6 +28,7 @@ class AssignOp : public Op {
   bool differentiable() const override { return false; }
   Saves saves() const override { return {false, false}; }
   uint64_t mutates() const override { return 1; }
+  // Nothing to allocate: the kernel (found in the kernel table) writes into self.
   std::vector<Tensor> forward(const std::vector<Tensor>& in,
                               const std::vector<TensorMeta>&) const override {
     kernel(in, {in[0]});
