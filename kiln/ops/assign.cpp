@@ -1,12 +1,12 @@
 // Assignment ops: copy_ and fill_ write into their first input (Note [effects]). Tensor::copy_,
 // fill_, zero_ and every in-place arithmetic op (add_, mul_, ...) end in one of these, so a mode
 // that sees the op stream sees every write; batch norm's running statistics and the layers'
-// initializers go through them too.
+// initializers go through them too. Definitions only (infer, effects); the kernels, which write
+// the memory, are in kiln/backend/cpu/assign_ops.cpp (Note [kernel table]).
 #include "kiln/ops/assign.h"
 
+#include "kiln/ops/assign_ops.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -28,6 +28,7 @@ class AssignOp : public Op {
   bool differentiable() const override { return false; }
   Saves saves() const override { return {false, false}; }
   uint64_t mutates() const override { return 1; }
+  // Nothing to allocate: the kernel (found in the kernel table) writes into self.
   std::vector<Tensor> forward(const std::vector<Tensor>& in,
                               const std::vector<TensorMeta>&) const override {
     kernel(in, {in[0]});
@@ -46,26 +47,20 @@ class CopyOp final : public AssignOp {
            shape_str(self.shape()), src.describe());
     return {written(self)};
   }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    if (!in[1].is_same(out[0])) copy_into(out[0], in[1]);
-  }
 };
 
 class FillOp final : public AssignOp {
  public:
-  explicit FillOp(double value) : value_(value) {}
+  explicit FillOp(double value) : a_{value} {}
   const char* name() const override { return "fill_"; }
-  nlohmann::json attrs() const override { return {{"value", attr_double(value_)}}; }
+  nlohmann::json attrs() const override { return {{"value", attr_double(a_.value)}}; }
+  const detail::FillAttrs& fill_attrs() const { return a_; }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
     return {written(in[0])};
   }
-  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>& out) const override {
-    if (out[0].numel() == 0) return;
-    copy_into(out[0], scalar_tensor(value_, {DType::Float64}));
-  }
 
  private:
-  double value_;
+  detail::FillAttrs a_;
 };
 
 KILN_REGISTER_OP("copy_", (OpSchema{{"self", "src"}, {"self"}}), no_attrs<CopyOp>());
@@ -74,6 +69,12 @@ KILN_REGISTER_OP("fill_", (OpSchema{{"self"}, {"self"}}), [](const Attrs& a) -> 
 });
 
 }  // namespace
+
+const detail::FillAttrs& detail::fill_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const FillOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("fill_attrs of op '") + op.name() + "'");
+  return o->fill_attrs();
+}
 
 void assign(const Tensor& self, const Tensor& src, const Loc& loc) {
   static const OpPtr op = std::make_shared<const CopyOp>();

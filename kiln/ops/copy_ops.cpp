@@ -1,7 +1,8 @@
 // The copying counterparts of the view ops: clone (and contiguous, which clones only when it
 // must) and to_dtype. Each writes a fresh tensor; their gradients pass straight through.
+// Definitions only; the kernels (a strided, converting copy) are in
+// kiln/backend/cpu/copy_ops.cpp (Note [kernel table]).
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -15,9 +16,6 @@ class CloneOp final : public Op {
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
     return {{in[0].shape(), in[0].dtype(), in[0].device()}};
   }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    copy_into(out[0], in[0]);
-  }
   Saves saves() const override { return {false, false}; }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override { return {ctx.grads[0]}; }
 };
@@ -29,9 +27,6 @@ class ToDtypeOp final : public Op {
   nlohmann::json attrs() const override { return {{"dtype", dtype_name(dtype_)}}; }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
     return {{in[0].shape(), dtype_, in[0].device()}};
-  }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    copy_into(out[0], in[0]);
   }
   bool differentiable() const override { return is_floating(dtype_); }
   Saves saves() const override { return {false, false}; }

@@ -1,15 +1,13 @@
 // embedding (row lookup) and its gradient embedding_backward (row scatter-add); each is the
-// other's vjp, so gradients of any order stay within these two ops.
+// other's vjp, so gradients of any order stay within these two ops. Definitions only (attributes,
+// infer, vjp, the index check); the kernels are in kiln/backend/cpu/embedding_ops.cpp (Note
+// [kernel table]).
 #include "kiln/ops/embedding.h"
 
-#include <cstring>
-
-#include "kiln/core/grad_mode.h"
-#include "kiln/core/parallel.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/embedding_ops.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -24,20 +22,6 @@ nlohmann::json padding_json(std::optional<int64_t> padding_idx) {
 void check_indices_dtype(const char* op, const Tensor& indices, const Loc& loc) {
   if (indices.dtype() != DType::Int64)
     fail(op, loc, "expected int64 indices, but got {}", indices.describe());
-}
-
-// Values are checked serially before any parallel work (see Note [index checks] in
-// indexing.cpp); kernels name the caller's line through kernel_call_site().
-std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t num_rows,
-                                     const std::string& rows_of, const Loc& loc) {
-  std::vector<int64_t> idx = indices.to_vector<int64_t>();
-  for (size_t i = 0; i < idx.size(); ++i)
-    if (idx[i] < 0 || idx[i] >= num_rows)
-      fail(op, loc,
-           "expected indices in [0, {}) (V = {}, the number of rows of {}), but got index {} at "
-           "position {} of indices {}",
-           num_rows, num_rows, rows_of, idx[i], i, indices.describe());
-  return idx;
 }
 
 class EmbeddingOp final : public Op {
@@ -56,31 +40,6 @@ class EmbeddingOp final : public Op {
     return {{shape, w.dtype(), w.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const Tensor& w = in[0];
-    const std::vector<int64_t> idx =
-        checked_indices(name(), in[1], w.size(0), "weight " + w.describe(), kernel_call_site());
-    const int64_t d = w.size(1), n = static_cast<int64_t>(idx.size());
-    const int64_t s0 = w.stride(0), s1 = w.stride(1);
-    if (out[0].numel() == 0) return;  // D = 0 or no indices: nothing to copy (and maybe no memory)
-    visit_dtype(w.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* pw = static_cast<const T*>(w.raw_data());
-      T* po = static_cast<T*>(out[0].raw_data());
-      parallel_for(0, n, std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)),
-                   [&](int64_t i0, int64_t i1) {
-                     for (int64_t i = i0; i < i1; ++i) {
-                       const T* row = pw + idx[i] * s0;
-                       T* dst = po + i * d;
-                       if (s1 == 1)
-                         std::memcpy(dst, row, static_cast<size_t>(d) * sizeof(T));
-                       else
-                         for (int64_t j = 0; j < d; ++j) dst[j] = row[j * s1];
-                     }
-                   });
-    });
-  }
-
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     return {
@@ -95,11 +54,12 @@ class EmbeddingOp final : public Op {
 class EmbeddingBackwardOp final : public Op {
  public:
   EmbeddingBackwardOp(int64_t num_weights, std::optional<int64_t> padding_idx)
-      : num_weights_(num_weights), padding_idx_(padding_idx) {}
+      : a_{num_weights, padding_idx} {}
   const char* name() const override { return "embedding_backward"; }
   nlohmann::json attrs() const override {
-    return {{"num_weights", num_weights_}, {"padding_idx", padding_json(padding_idx_)}};
+    return {{"num_weights", a_.num_weights}, {"padding_idx", padding_json(a_.padding_idx)}};
   }
+  const detail::EmbeddingBackwardAttrs& embedding_backward_attrs() const { return a_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &g = in[0], &indices = in[1];
@@ -111,42 +71,10 @@ class EmbeddingBackwardOp final : public Op {
       fail(name(), loc,
            "expected grad of shape indices.shape + [D], but got grad {} for indices {}",
            g.describe(), indices.describe());
-    if (num_weights_ < 0)
-      fail(name(), loc, "expected num_weights >= 0, but got {} for grad {}", num_weights_,
+    if (a_.num_weights < 0)
+      fail(name(), loc, "expected num_weights >= 0, but got {} for grad {}", a_.num_weights,
            g.describe());
-    return {{{num_weights_, g.shape().back()}, g.dtype(), g.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    Tensor g = in[0];
-    if (!g.is_contiguous()) {
-      NoGradGuard no_grad;
-      g = contiguous(g);
-    }
-    const std::vector<int64_t> idx =
-        checked_indices(name(), in[1], num_weights_,
-                        fmt::format("the weight ([{}, D])", num_weights_), kernel_call_site());
-    const int64_t d = g.shape().back(), n = static_cast<int64_t>(idx.size());
-    const int64_t pad = padding_idx_.value_or(-1);
-    zero_fill(out[0]);
-    visit_dtype(g.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      const T* pg = static_cast<const T*>(g.raw_data());
-      T* po = static_cast<T*>(out[0].raw_data());
-      // Threads split the columns; each column adds its rows in index order, so duplicates sum
-      // in a fixed order whatever the thread count.
-      parallel_for(0, d, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)),
-                   [&](int64_t c0, int64_t c1) {
-                     for (int64_t i = 0; i < n; ++i) {
-                       if (idx[i] == pad) continue;
-                       T* dst = po + idx[i] * d;
-                       const T* src = pg + i * d;
-                       for (int64_t c = c0; c < c1; ++c)
-                         dst[c] = static_cast<T>(static_cast<C>(dst[c]) + static_cast<C>(src[c]));
-                     }
-                   });
-    });
+    return {{{a_.num_weights, g.shape().back()}, g.dtype(), g.device()}};
   }
 
   // Linear in grad; the adjoint of the scatter-add is the lookup, with padding rows zeroed.
@@ -154,14 +82,13 @@ class EmbeddingBackwardOp final : public Op {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     const Tensor& indices = ctx.inputs[1];
     Tensor gg = embedding(ctx.grads[0], indices);
-    if (padding_idx_)
-      gg = where(unsqueeze(eq(indices, static_cast<double>(*padding_idx_)), -1), 0.0, gg);
+    if (a_.padding_idx)
+      gg = where(unsqueeze(eq(indices, static_cast<double>(*a_.padding_idx)), -1), 0.0, gg);
     return {gg, Tensor()};
   }
 
  private:
-  int64_t num_weights_;
-  std::optional<int64_t> padding_idx_;
+  detail::EmbeddingBackwardAttrs a_;
 };
 
 std::optional<int64_t> wrap_padding(const char* op, std::optional<int64_t> padding_idx,
@@ -184,6 +111,28 @@ KILN_REGISTER_OP("embedding_backward", (OpSchema{{"grad_output", "indices"}, {"g
                  });
 
 }  // namespace
+
+// Values are checked serially before any parallel work (see Note [index checks] in
+// indexing.cpp); kernels name the caller's line through kernel_call_site().
+std::vector<int64_t> detail::checked_embedding_indices(const char* op, const Tensor& indices,
+                                                       int64_t num_rows, const std::string& rows_of,
+                                                       const Loc& loc) {
+  std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  for (size_t i = 0; i < idx.size(); ++i)
+    if (idx[i] < 0 || idx[i] >= num_rows)
+      fail(op, loc,
+           "expected indices in [0, {}) (V = {}, the number of rows of {}), but got index {} at "
+           "position {} of indices {}",
+           num_rows, num_rows, rows_of, idx[i], i, indices.describe());
+  return idx;
+}
+
+const detail::EmbeddingBackwardAttrs& detail::embedding_backward_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const EmbeddingBackwardOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr,
+                       std::string("embedding_backward_attrs of op '") + op.name() + "'");
+  return o->embedding_backward_attrs();
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx,
                  const Loc& loc) {

@@ -1,14 +1,16 @@
+// Indexing ops: gather, scatter_add, index_select, masked_fill and one_hot (definitions:
+// attributes, infer, vjp). Their kernels are in kiln/backend/cpu/indexing_ops.cpp (Note [kernel
+// table]); the checks of index values they run, and the attribute accessors, are here
+// (indexing_ops.h).
 #include "kiln/ops/indexing.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "kiln/core/parallel.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/indexing_ops.h"
 #include "kiln/ops/join.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -17,57 +19,9 @@ namespace kiln {
 
 namespace {
 
-// Zero-dim tensors index like [1] ones (torch.gather and friends accept them).
-Shape shape_or_one(const Tensor& t) {
-  return t.dim() == 0 ? Shape{1} : t.shape();
-}
-Strides strides_or_one(const Tensor& t) {
-  return t.dim() == 0 ? Strides{1} : t.strides();
-}
-
 void check_index_dtype(const char* op, const Tensor& index, const Loc& loc) {
   if (index.dtype() != DType::Int64)
     fail(op, loc, "expected an int64 index, but got {}", index.describe());
-}
-
-// Note [index checks]: index values are validated in one serial pass before any parallel work,
-// so a bad value is an Error naming it (never a crash, and never a throw inside an OpenMP
-// region, which would terminate the process). Value errors name the caller's line through
-// kernel_call_site().
-void check_index_values(const char* op, const Tensor& index, int64_t bound, const Tensor& x,
-                        int64_t dim, const Loc& loc) {
-  const std::vector<int64_t> values = index.to_vector<int64_t>();
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i] < 0 || values[i] >= bound)
-      fail(op, loc,
-           "expected index values in [0, {}) (the size of dim {} of {}), but got {} at position {} "
-           "of index {}",
-           bound, dim, x.describe(), values[i], i, index.describe());
-}
-
-// Calls f(offsets) for every line of `shape` along `axis` (all dims fixed but axis), with the
-// element offsets of the line's start in each operand. Lines run in parallel: ops whose lines
-// write disjoint memory stay deterministic.
-template <size_t N, class F>
-void for_each_line(const Shape& shape, int64_t axis, const std::array<Strides, N>& strides, F&& f) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t lines = 1;
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != axis) lines *= shape[d];
-  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(shape[axis], 1));
-  parallel_for(0, lines, grain, [&](int64_t l0, int64_t l1) {
-    for (int64_t l = l0; l < l1; ++l) {
-      std::array<int64_t, N> off{};
-      int64_t rem = l;
-      for (int64_t d = rank - 1; d >= 0; --d) {
-        if (d == axis) continue;
-        const int64_t i = rem % shape[d];
-        rem /= shape[d];
-        for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
-      }
-      f(off);
-    }
-  });
 }
 
 // gather / scatter_add: index has x's rank; index.size(d) <= x.size(d) for d != dim (and, for
@@ -93,57 +47,44 @@ void check_same_rank_index(const char* op, const Tensor& x, int64_t dim, const T
   }
 }
 
-class GatherOp final : public Op {
+// gather, scatter_add and index_select, so that index_dim_attrs() takes one cast.
+class IndexDimOp : public Op {
  public:
-  explicit GatherOp(int64_t dim) : dim_(dim) {}
+  explicit IndexDimOp(int64_t dim) : a_{dim} {}
+  nlohmann::json attrs() const override { return {{"dim", a_.dim}}; }
+  const detail::IndexDimAttrs& index_dim_attrs() const { return a_; }
+
+ protected:
+  detail::IndexDimAttrs a_;
+};
+
+class GatherOp final : public IndexDimOp {
+ public:
+  explicit GatherOp(int64_t dim) : IndexDimOp(dim) {}
   const char* name() const override { return "gather"; }
-  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    const int64_t d = wrap_dim(dim_, in[0].dim(), name(), loc);
+    const int64_t d = wrap_dim(a_.dim, in[0].dim(), name(), loc);
     check_same_rank_index(name(), in[0], d, in[1], nullptr, loc);
     return {{in[1].shape(), in[0].dtype(), in[0].device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    const Tensor &x = in[0], &index = in[1], &out = outs[0];
-    const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
-    const Shape shape = shape_or_one(index);
-    const int64_t n = shape[d];
-    const Strides os = strides_or_one(out), is = strides_or_one(index), xs = strides_or_one(x);
-    const int64_t* pi = static_cast<const int64_t*>(index.raw_data());
-    visit_dtype(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* px = static_cast<const T*>(x.raw_data());
-      T* po = static_cast<T*>(out.raw_data());
-      for_each_line<3>(shape, d, {os, is, xs}, [&](const std::array<int64_t, 3>& off) {
-        for (int64_t j = 0; j < n; ++j)
-          po[off[0] + j * os[d]] = px[off[2] + pi[off[1] + j * is[d]] * xs[d]];
-      });
-    });
   }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor &index = ctx.inputs[1], &g = ctx.grads[0];
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     const TensorMeta& x = ctx.input_metas[0];
-    return {scatter_add(zeros(x.shape, {g.dtype(), x.device}), dim_, index, g), Tensor()};
+    return {scatter_add(zeros(x.shape, {g.dtype(), x.device}), a_.dim, index, g), Tensor()};
   }
-
- private:
-  int64_t dim_;
 };
 
-class ScatterAddOp final : public Op {
+class ScatterAddOp final : public IndexDimOp {
  public:
-  explicit ScatterAddOp(int64_t dim) : dim_(dim) {}
+  explicit ScatterAddOp(int64_t dim) : IndexDimOp(dim) {}
   const char* name() const override { return "scatter_add"; }
-  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &index = in[1], &src = in[2];
-    const int64_t d = wrap_dim(dim_, x.dim(), name(), loc);
+    const int64_t d = wrap_dim(a_.dim, x.dim(), name(), loc);
     if (src.dtype() != x.dtype())
       fail(name(), loc, "expected src with the dtype of x {}, but got src {}", x.describe(),
            src.describe());
@@ -155,38 +96,13 @@ class ScatterAddOp final : public Op {
     return {true, false, ~uint64_t{0}, needs_grad[2] ? uint64_t{2} : uint64_t{0}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    const Tensor &x = in[0], &index = in[1], &src = in[2], &out = outs[0];
-    const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
-    copy_into(out, x);
-    const Shape shape = shape_or_one(index);
-    const int64_t n = shape[d];
-    const Strides os = strides_or_one(out), is = strides_or_one(index), ss = strides_or_one(src);
-    const int64_t* pi = static_cast<const int64_t*>(index.raw_data());
-    visit_dtype(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      const T* ps = static_cast<const T*>(src.raw_data());
-      T* po = static_cast<T*>(out.raw_data());
-      // Targets of one line differ only along d, so lines never collide; within a line the
-      // additions happen in index order, which keeps duplicates deterministic.
-      for_each_line<3>(shape, d, {os, is, ss}, [&](const std::array<int64_t, 3>& off) {
-        for (int64_t j = 0; j < n; ++j) {
-          T& target = po[off[0] + pi[off[1] + j * is[d]] * os[d]];
-          target = static_cast<T>(static_cast<C>(target) + static_cast<C>(ps[off[2] + j * ss[d]]));
-        }
-      });
-    });
-  }
-
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor &index = ctx.inputs[1], &g = ctx.grads[0];
     const Shape& src = ctx.input_metas[2].shape;
     Tensor gx, gsrc;
     if (ctx.needs_grad[0]) gx = g;
     if (ctx.needs_grad[2]) {
-      gsrc = gather(g, dim_, index);
+      gsrc = gather(g, a_.dim, index);
       // src may be larger than index; its unused tail gets zero gradient.
       for (int64_t d = 0; d < static_cast<int64_t>(src.size()); ++d) {
         if (gsrc.size(d) == src[d]) continue;
@@ -197,20 +113,16 @@ class ScatterAddOp final : public Op {
     }
     return {gx, Tensor(), gsrc};
   }
-
- private:
-  int64_t dim_;
 };
 
-class IndexSelectOp final : public Op {
+class IndexSelectOp final : public IndexDimOp {
  public:
-  explicit IndexSelectOp(int64_t dim) : dim_(dim) {}
+  explicit IndexSelectOp(int64_t dim) : IndexDimOp(dim) {}
   const char* name() const override { return "index_select"; }
-  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &index = in[1];
-    const int64_t d = wrap_dim(dim_, x.dim(), name(), loc);
+    const int64_t d = wrap_dim(a_.dim, x.dim(), name(), loc);
     check_index_dtype(name(), index, loc);
     if (index.dim() > 1) fail(name(), loc, "expected a 1-D index, but got {}", index.describe());
     Shape shape = x.shape();
@@ -224,47 +136,6 @@ class IndexSelectOp final : public Op {
     return {{shape, x.dtype(), x.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    const Tensor &x = in[0], &index = in[1], &out = outs[0];
-    const int64_t d = wrap_dim(dim_, x.dim(), name());
-    check_index_values(name(), index, shape_or_one(x)[d], x, d, kernel_call_site());
-    if (x.dim() == 0) {
-      copy_into(out, x);
-      return;
-    }
-    // Each picked index copies one slice (x without dim d); slices go to threads.
-    Shape slice_shape = x.shape();
-    Strides xs = x.strides(), os = out.strides();
-    slice_shape.erase(slice_shape.begin() + d);
-    xs.erase(xs.begin() + d);
-    os.erase(os.begin() + d);
-    const std::vector<int64_t> idx = index.to_vector<int64_t>();
-    const int64_t n = static_cast<int64_t>(idx.size());
-    const int64_t slice = std::max<int64_t>(shape_numel(slice_shape), 1);
-    const int64_t xd = x.stride(d), od = out.stride(d);
-    visit_dtype(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* px = static_cast<const T*>(x.raw_data());
-      T* po = static_cast<T*>(out.raw_data());
-      parallel_for(0, n, std::max<int64_t>(1, kGrain / slice), [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          const T* src = px + idx[j] * xd;
-          T* dst = po + j * od;
-          if (slice_shape.empty()) {
-            *dst = *src;
-            continue;
-          }
-          for_each_row<2>(slice_shape, {os, xs},
-                          [&](const std::array<int64_t, 2>& off, int64_t len,
-                              const std::array<int64_t, 2>& st) {
-                            for (int64_t i = 0; i < len; ++i)
-                              dst[off[0] + i * st[0]] = src[off[1] + i * st[1]];
-                          });
-        }
-      });
-    });
-  }
-
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor &index = ctx.inputs[1], &g = ctx.grads[0];
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
@@ -272,22 +143,20 @@ class IndexSelectOp final : public Op {
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     if (rank == 0) return {g, Tensor()};
     // index_add expressed as scatter_add: the index is broadcast along every other dim.
-    const int64_t d = wrap_dim(dim_, rank, name());
+    const int64_t d = wrap_dim(a_.dim, rank, name());
     Shape view_shape(rank, 1);
     view_shape[d] = index.numel();
     Tensor wide = expand(reshape(index, view_shape), g.shape());
     return {scatter_add(zeros(x.shape, {g.dtype(), x.device}), d, wide, g), Tensor()};
   }
-
- private:
-  int64_t dim_;
 };
 
 class MaskedFillOp final : public Op {
  public:
-  explicit MaskedFillOp(double value) : value_(value) {}
+  explicit MaskedFillOp(double value) : a_{value} {}
   const char* name() const override { return "masked_fill"; }
-  nlohmann::json attrs() const override { return {{"value", attr_double(value_)}}; }
+  nlohmann::json attrs() const override { return {{"value", attr_double(a_.value)}}; }
+  const detail::MaskedFillAttrs& masked_fill_attrs() const { return a_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &x = in[0], &mask = in[1];
@@ -299,15 +168,6 @@ class MaskedFillOp final : public Op {
              x.dtype(), x.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      const C value = static_cast<C>(value_);
-      map_binary<T, bool, T>(in[0], in[1], outs[0], [value](C x, bool m) { return m ? value : x; });
-    });
-  }
-
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     const Tensor& mask = ctx.inputs[1];
@@ -315,14 +175,15 @@ class MaskedFillOp final : public Op {
   }
 
  private:
-  double value_;
+  detail::MaskedFillAttrs a_;
 };
 
 class OneHotOp final : public Op {
  public:
-  explicit OneHotOp(int64_t num_classes) : num_classes_(num_classes) {}
+  explicit OneHotOp(int64_t num_classes) : a_{num_classes} {}
   const char* name() const override { return "one_hot"; }
-  nlohmann::json attrs() const override { return {{"num_classes", num_classes_}}; }
+  nlohmann::json attrs() const override { return {{"num_classes", a_.num_classes}}; }
+  const detail::OneHotAttrs& one_hot_attrs() const { return a_; }
   bool differentiable() const override { return false; }
   Saves saves() const override { return {false, false}; }
 
@@ -330,30 +191,16 @@ class OneHotOp final : public Op {
     const Tensor& labels = in[0];
     if (labels.dtype() != DType::Int64)
       fail(name(), loc, "expected int64 labels, but got {}", labels.describe());
-    if (num_classes_ < 0)
-      fail(name(), loc, "expected num_classes >= 0, but got {} for labels {}", num_classes_,
+    if (a_.num_classes < 0)
+      fail(name(), loc, "expected num_classes >= 0, but got {} for labels {}", a_.num_classes,
            labels.describe());
     Shape shape = labels.shape();
-    shape.push_back(num_classes_);
+    shape.push_back(a_.num_classes);
     return {{shape, DType::Int64, labels.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
-    for (size_t i = 0; i < labels.size(); ++i)
-      if (labels[i] < 0 || labels[i] >= num_classes_)
-        fail(name(), kernel_call_site(),
-             "expected labels in [0, {}) (num_classes {}), but got {} at position {} of {}",
-             num_classes_, num_classes_, labels[i], i, in[0].describe());
-    int64_t* po = static_cast<int64_t*>(outs[0].raw_data());
-    zero_fill(outs[0]);
-    parallel_for(0, static_cast<int64_t>(labels.size()), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) po[i * num_classes_ + labels[i]] = 1;
-    });
-  }
-
  private:
-  int64_t num_classes_;
+  detail::OneHotAttrs a_;
 };
 
 template <class O>
@@ -371,6 +218,49 @@ KILN_REGISTER_OP("one_hot", (OpSchema{{"labels"}, {"y"}}), [](const Attrs& a) ->
 });
 
 }  // namespace
+
+// Note [index checks]: index values are validated in one serial pass before any parallel work,
+// so a bad value is an Error naming it (never a crash, and never a throw inside an OpenMP
+// region, which would terminate the process). Value errors name the caller's line through
+// kernel_call_site().
+void detail::check_index_values(const char* op, const Tensor& index, int64_t bound, const Tensor& x,
+                                int64_t dim, const Loc& loc) {
+  const std::vector<int64_t> values = index.to_vector<int64_t>();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] < 0 || values[i] >= bound)
+      fail(op, loc,
+           "expected index values in [0, {}) (the size of dim {} of {}), but got {} at position {} "
+           "of index {}",
+           bound, dim, x.describe(), values[i], i, index.describe());
+}
+
+std::vector<int64_t> detail::checked_one_hot_labels(const char* op, const Tensor& labels,
+                                                    int64_t num_classes, const Loc& loc) {
+  std::vector<int64_t> values = labels.to_vector<int64_t>();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] < 0 || values[i] >= num_classes)
+      fail(op, loc, "expected labels in [0, {}) (num_classes {}), but got {} at position {} of {}",
+           num_classes, num_classes, values[i], i, labels.describe());
+  return values;
+}
+
+const detail::IndexDimAttrs& detail::index_dim_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const IndexDimOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("index_dim_attrs of op '") + op.name() + "'");
+  return o->index_dim_attrs();
+}
+
+const detail::MaskedFillAttrs& detail::masked_fill_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const MaskedFillOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("masked_fill_attrs of op '") + op.name() + "'");
+  return o->masked_fill_attrs();
+}
+
+const detail::OneHotAttrs& detail::one_hot_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const OneHotOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("one_hot_attrs of op '") + op.name() + "'");
+  return o->one_hot_attrs();
+}
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Loc& loc) {
   return call_op<GatherOp>({x, index}, loc, dim);

@@ -1,8 +1,10 @@
+// Joining and splitting: cat (an op; its kernel is in kiln/backend/cpu/join_ops.cpp, Note [kernel
+// table]) and stack, split and chunk, which compose cat, unsqueeze and narrow.
 #include "kiln/ops/join.h"
 
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
+#include "kiln/ops/join_ops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/type_promotion.h"
@@ -11,11 +13,7 @@ namespace kiln {
 
 namespace {
 
-// PyTorch still accepts 1-D empty tensors of any other rank in cat and skips them (legacy
-// behavior that code relying on "start from torch.tensor([])" needs).
-bool skipped_in_cat(const Tensor& t) {
-  return t.dim() == 1 && t.size(0) == 0;
-}
+using detail::skipped_in_cat;
 
 // The tensor whose shape the others must match: the first one cat does not skip.
 size_t reference_index(const std::vector<Tensor>& in) {
@@ -26,9 +24,10 @@ size_t reference_index(const std::vector<Tensor>& in) {
 
 class CatOp final : public Op {
  public:
-  explicit CatOp(int64_t dim) : dim_(dim) {}
+  explicit CatOp(int64_t dim) : a_{dim} {}
   const char* name() const override { return "cat"; }
-  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
+  nlohmann::json attrs() const override { return {{"dim", a_.dim}}; }
+  const detail::CatAttrs& cat_attrs() const { return a_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     if (in.empty()) fail(name(), loc, "expected a non-empty list of tensors, but got an empty one");
@@ -39,7 +38,7 @@ class CatOp final : public Op {
            "expected tensors with at least one dimension, but got tensor {} {} (zero-dimensional "
            "tensors cannot be concatenated)",
            ref, r.describe());
-    const int64_t d = wrap_dim(dim_, r.dim(), name(), loc);
+    const int64_t d = wrap_dim(a_.dim, r.dim(), name(), loc);
     Shape shape = r.shape();
     shape[d] = 0;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -61,27 +60,12 @@ class CatOp final : public Op {
     return {{shape, result_type(in), r.device()}};
   }
 
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const override {
-    const Tensor& out = outs[0];
-    const int64_t d = wrap_dim(dim_, out.dim(), name());
-    int64_t offset = 0;
-    for (const Tensor& t : in) {
-      if (skipped_in_cat(t)) continue;
-      if (t.numel() > 0) {
-        Tensor slot =
-            make_view(out, t.shape(), out.strides(), out.storage_offset() + offset * out.stride(d));
-        copy_into(slot, t);
-      }
-      offset += t.size(d);
-    }
-  }
-
   // The gradient only needs the inputs' shapes and dtypes, which the tape always keeps.
   Saves saves() const override { return {false, false}; }
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     const Tensor& g = ctx.grads[0];
-    const int64_t d = wrap_dim(dim_, g.dim(), name());
+    const int64_t d = wrap_dim(a_.dim, g.dim(), name());
     std::vector<Tensor> grads(ctx.input_metas.size());
     int64_t offset = 0;
     for (size_t i = 0; i < ctx.input_metas.size(); ++i) {
@@ -97,13 +81,19 @@ class CatOp final : public Op {
   }
 
  private:
-  int64_t dim_;
+  detail::CatAttrs a_;
 };
 
 KILN_REGISTER_OP("cat", (OpSchema{{"tensors..."}, {"y"}}),
                  [](const Attrs& a) -> OpPtr { return std::make_shared<const CatOp>(a.i("dim")); });
 
 }  // namespace
+
+const detail::CatAttrs& detail::cat_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const CatOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("cat_attrs of op '") + op.name() + "'");
+  return o->cat_attrs();
+}
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, const Loc& loc) {
   return dispatch1(std::make_shared<const CatOp>(dim), tensors, loc);

@@ -1,31 +1,22 @@
-// pad (constant / reflect / replicate) and pad_backward. Both work from per-dim source tables:
-// table[d][o] is the input index that output index o of dim d copies, or -1 for the fill value,
-// so one strided kernel serves every mode and any number of padded dims.
+// pad (constant / reflect / replicate) and pad_backward: definitions only (validation,
+// attributes, infer, vjp). Their kernels, which work from per-dim source tables, are in
+// kiln/backend/cpu/pad_ops.cpp (Note [kernel table]).
 #include "kiln/ops/pad.h"
 
 #include <fmt/ranges.h>
 #include <algorithm>
 
-#include "kiln/core/grad_mode.h"
-#include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
+#include "kiln/ops/pad_ops.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 
 namespace {
 
-enum class PadMode { kConstant, kReflect, kReplicate };
-
-PadMode parse_mode(const char* op, const std::string& mode, const Tensor& t, const Loc& loc) {
-  if (mode == "constant") return PadMode::kConstant;
-  if (mode == "reflect") return PadMode::kReflect;
-  if (mode == "replicate") return PadMode::kReplicate;
-  fail(op, loc, "expected mode \"constant\", \"reflect\" or \"replicate\", but got \"{}\" for {}",
-       mode, t.describe());
-}
+using detail::PadMode;
+using detail::parse_pad_mode;
 
 std::string pads_str(const std::vector<int64_t>& pads) {
   return fmt::format("({})", fmt::join(pads, ", "));
@@ -62,134 +53,6 @@ Shape padded_shape(const char* op, const Shape& in, const std::vector<int64_t>& 
   return out;
 }
 
-using Tables = std::vector<std::vector<int64_t>>;  // empty table: the identity
-
-Tables source_tables(const Shape& in, const std::vector<int64_t>& pads, PadMode mode) {
-  const int64_t rank = static_cast<int64_t>(in.size());
-  Tables tab(in.size());
-  for (size_t j = 0; j < pads.size() / 2; ++j) {
-    const int64_t d = rank - 1 - static_cast<int64_t>(j), n = in[d], before = pads[2 * j];
-    const int64_t len = n + before + pads[2 * j + 1];
-    tab[d].resize(len);
-    for (int64_t o = 0; o < len; ++o) {
-      int64_t s = o - before;
-      if (mode == PadMode::kConstant) {
-        if (s < 0 || s >= n) s = -1;
-      } else if (mode == PadMode::kReflect) {
-        if (s < 0) s = -s;
-        if (s >= n) s = 2 * (n - 1) - s;
-      } else {
-        s = std::clamp<int64_t>(s, 0, n - 1);
-      }
-      tab[d][o] = s;
-    }
-  }
-  return tab;
-}
-
-// Splits row index `row` (row-major over shape[0..rank-2]) into per-dim indices.
-void unravel_row(int64_t row, const Shape& shape, std::vector<int64_t>& idx) {
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
-    idx[d] = row % shape[d];
-    row /= shape[d];
-  }
-}
-
-template <class T>
-void pad_kernel(const Tensor& x, const Tensor& out, const Tables& tab, double value) {
-  const Shape& os = out.shape();
-  const Strides& xs = x.strides();
-  const int64_t rank = static_cast<int64_t>(os.size());
-  const T* px = static_cast<const T*>(x.raw_data());
-  T* po = static_cast<T*>(out.raw_data());
-  const T fill = static_cast<T>(static_cast<compute_t<T>>(value));
-  if (rank == 0) {
-    po[0] = px[0];
-    return;
-  }
-  const int64_t len = os.back(), last = rank - 1;
-  if (len == 0) return;
-  const int64_t rows = out.numel() / len;
-  parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> idx(rank);
-    for (int64_t row = r0; row < r1; ++row) {
-      unravel_row(row, os, idx);
-      int64_t base = 0;
-      bool valid = true;
-      for (int64_t d = 0; d < last && valid; ++d) {
-        const int64_t s = tab[d].empty() ? idx[d] : tab[d][idx[d]];
-        valid = s >= 0;
-        base += s * xs[d];
-      }
-      T* dst = po + row * len;
-      if (!valid) {
-        std::fill(dst, dst + len, fill);
-      } else if (tab[last].empty()) {
-        for (int64_t o = 0; o < len; ++o) dst[o] = px[base + o * xs[last]];
-      } else {
-        for (int64_t o = 0; o < len; ++o) {
-          const int64_t s = tab[last][o];
-          dst[o] = s < 0 ? fill : px[base + s * xs[last]];
-        }
-      }
-    }
-  });
-}
-
-// Each input element gathers the output elements that copied it (the inverse tables), so every
-// sum has one writer and a fixed order: deterministic for any thread count.
-template <class T>
-void pad_backward_kernel(const Tensor& g, const Tensor& gx, const Tables& tab) {
-  const Shape& is = gx.shape();
-  const Strides& gs = g.strides();
-  const int64_t rank = static_cast<int64_t>(is.size());
-  const T* pg = static_cast<const T*>(g.raw_data());
-  T* po = static_cast<T*>(gx.raw_data());
-  if (rank == 0) {
-    po[0] = pg[0];
-    return;
-  }
-  std::vector<std::vector<std::vector<int64_t>>> sources(rank);
-  for (int64_t d = 0; d < rank; ++d) {
-    if (tab[d].empty()) continue;
-    sources[d].resize(is[d]);
-    for (int64_t o = 0; o < static_cast<int64_t>(tab[d].size()); ++o)
-      if (tab[d][o] >= 0) sources[d][tab[d][o]].push_back(o);
-  }
-  const int64_t len = is.back(), last = rank - 1;
-  if (len == 0) return;
-  const int64_t rows = gx.numel() / len;
-  parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> idx(rank), bases, next;
-    for (int64_t row = r0; row < r1; ++row) {
-      unravel_row(row, is, idx);
-      bases.assign(1, 0);
-      for (int64_t d = 0; d < last; ++d) {
-        if (tab[d].empty()) {
-          for (int64_t& b : bases) b += idx[d] * gs[d];
-          continue;
-        }
-        next.clear();
-        for (int64_t b : bases)
-          for (int64_t o : sources[d][idx[d]]) next.push_back(b + o * gs[d]);
-        bases.swap(next);
-      }
-      T* dst = po + row * len;
-      for (int64_t i = 0; i < len; ++i) {
-        double acc = 0;
-        for (int64_t b : bases) {
-          if (tab[last].empty()) {
-            acc += static_cast<double>(pg[b + i * gs[last]]);
-          } else {
-            for (int64_t o : sources[last][i]) acc += static_cast<double>(pg[b + o * gs[last]]);
-          }
-        }
-        dst[i] = static_cast<T>(static_cast<compute_t<T>>(acc));
-      }
-    }
-  });
-}
-
 std::vector<int64_t> negated(std::vector<int64_t> pads) {
   for (int64_t& p : pads) p = -p;
   return pads;
@@ -198,24 +61,17 @@ std::vector<int64_t> negated(std::vector<int64_t> pads) {
 class PadOp final : public Op {
  public:
   PadOp(std::vector<int64_t> pads, std::string mode, double value)
-      : pads_(std::move(pads)), mode_(std::move(mode)), value_(value) {}
+      : a_{std::move(pads), std::move(mode), value} {}
   const char* name() const override { return "pad"; }
   nlohmann::json attrs() const override {
-    return {{"pads", pads_}, {"mode", mode_}, {"value", attr_double(value_)}};
+    return {{"pads", a_.pads}, {"mode", a_.mode}, {"value", attr_double(a_.value)}};
   }
+  const detail::PadAttrs& pad_attrs() const { return a_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
-    PadMode m = parse_mode(name(), mode_, x, loc);
-    return {{padded_shape(name(), x.shape(), pads_, m, mode_, x, loc), x.dtype(), x.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const Tables tab = source_tables(in[0].shape(), pads_, parse_mode(name(), mode_, in[0], {}));
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      pad_kernel<T>(in[0], out[0], tab, value_);
-    });
+    PadMode m = parse_pad_mode(name(), a_.mode, x, loc);
+    return {{padded_shape(name(), x.shape(), a_.pads, m, a_.mode, x, loc), x.dtype(), x.device()}};
   }
 
   Saves saves() const override { return {false, false}; }
@@ -223,44 +79,34 @@ class PadOp final : public Op {
   // A constant pad's adjoint is the opposite pad: crop what was added, zero-fill what was cropped.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
-    if (mode_ == "constant") return {pad(ctx.grads[0], negated(pads_), "constant", 0.0)};
-    return {pad_backward(ctx.grads[0], ctx.input_metas[0].shape, pads_, mode_)};
+    if (a_.mode == "constant") return {pad(ctx.grads[0], negated(a_.pads), "constant", 0.0)};
+    return {pad_backward(ctx.grads[0], ctx.input_metas[0].shape, a_.pads, a_.mode)};
   }
 
  private:
-  std::vector<int64_t> pads_;
-  std::string mode_;
-  double value_;
+  detail::PadAttrs a_;
 };
 
 class PadBackwardOp final : public Op {
  public:
   PadBackwardOp(Shape input_shape, std::vector<int64_t> pads, std::string mode)
-      : input_shape_(std::move(input_shape)), pads_(std::move(pads)), mode_(std::move(mode)) {}
+      : a_{std::move(input_shape), std::move(pads), std::move(mode)} {}
   const char* name() const override { return "pad_backward"; }
   nlohmann::json attrs() const override {
-    return {{"input_shape", input_shape_}, {"pads", pads_}, {"mode", mode_}};
+    return {{"input_shape", a_.input_shape}, {"pads", a_.pads}, {"mode", a_.mode}};
   }
+  const detail::PadBackwardAttrs& pad_backward_attrs() const { return a_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& g = in[0];
-    PadMode m = parse_mode(name(), mode_, g, loc);
+    PadMode m = parse_pad_mode(name(), a_.mode, g, loc);
     if (!is_floating(g.dtype()))
       fail(name(), loc, "expected a floating-point grad, but got {}", g.describe());
-    Shape out = padded_shape(name(), input_shape_, pads_, m, mode_, g, loc);
+    Shape out = padded_shape(name(), a_.input_shape, a_.pads, m, a_.mode, g, loc);
     if (out != g.shape())
       fail(name(), loc, "expected grad of the padded shape {} (input {} with pads {}), but got {}",
-           shape_str(out), shape_str(input_shape_), pads_str(pads_), g.describe());
-    return {{input_shape_, g.dtype(), g.device()}};
-  }
-
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    const Tables tab = source_tables(input_shape_, pads_, parse_mode(name(), mode_, in[0], {}));
-    visit_dtype(in[0].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<compute_t<T>>)
-        pad_backward_kernel<T>(in[0], out[0], tab);
-    });
+           shape_str(out), shape_str(a_.input_shape), pads_str(a_.pads), g.describe());
+    return {{a_.input_shape, g.dtype(), g.device()}};
   }
 
   Saves saves() const override { return {false, false}; }
@@ -268,13 +114,11 @@ class PadBackwardOp final : public Op {
   // Linear in grad; its adjoint is pad itself (with zeros where pad fills).
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
-    return {pad(ctx.grads[0], pads_, mode_, 0.0)};
+    return {pad(ctx.grads[0], a_.pads, a_.mode, 0.0)};
   }
 
  private:
-  Shape input_shape_;
-  std::vector<int64_t> pads_;
-  std::string mode_;
+  detail::PadBackwardAttrs a_;
 };
 
 KILN_REGISTER_OP("pad", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
@@ -287,6 +131,27 @@ KILN_REGISTER_OP("pad_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
                  });
 
 }  // namespace
+
+PadMode detail::parse_pad_mode(const char* op, const std::string& mode, const Tensor& t,
+                               const Loc& loc) {
+  if (mode == "constant") return PadMode::kConstant;
+  if (mode == "reflect") return PadMode::kReflect;
+  if (mode == "replicate") return PadMode::kReplicate;
+  fail(op, loc, "expected mode \"constant\", \"reflect\" or \"replicate\", but got \"{}\" for {}",
+       mode, t.describe());
+}
+
+const detail::PadAttrs& detail::pad_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const PadOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("pad_attrs of op '") + op.name() + "'");
+  return o->pad_attrs();
+}
+
+const detail::PadBackwardAttrs& detail::pad_backward_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const PadBackwardOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("pad_backward_attrs of op '") + op.name() + "'");
+  return o->pad_backward_attrs();
+}
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode, double value,
            const Loc& loc) {

@@ -1,6 +1,8 @@
 // View ops (reshape, permute, slice, select, expand, squeeze, unsqueeze) alias their input's
 // storage (the copies, clone and to_dtype, are in copy_ops.cpp). Each view is a ViewOp: one
 // function computing the view's geometry, used both by inference and by forward, and a gradient.
+// slice_backward, the one op here that computes, has its kernel in kiln/backend/cpu/shape_ops.cpp
+// (Note [kernel table]), which reads its attributes through slice_ops.h.
 #include "kiln/ops/shape_ops.h"
 
 #include <algorithm>
@@ -9,9 +11,9 @@
 
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/slice_ops.h"
 
 namespace kiln {
 
@@ -197,33 +199,31 @@ class SliceOp final : public ViewOp {
 class SliceBackwardOp final : public Op {
  public:
   SliceBackwardOp(Shape shape, int64_t dim, int64_t start, int64_t end, int64_t step)
-      : shape_(std::move(shape)), dim_(dim), start_(start), end_(end), step_(step) {}
+      : a_{std::move(shape), dim, start, end, step} {}
   const char* name() const override { return "slice_backward"; }
   nlohmann::json attrs() const override {
-    return {{"shape", shape_}, {"dim", dim_}, {"start", start_}, {"end", end_}, {"step", step_}};
+    return {{"shape", a_.shape},
+            {"dim", a_.dim},
+            {"start", a_.start},
+            {"end", a_.end},
+            {"step", a_.step}};
   }
+  const detail::SliceBackwardAttrs& slice_backward_attrs() const { return a_; }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    Tensor probe = empty(shape_, {in[0].dtype(), kMeta});
-    Shape expected = SliceOp(dim_, start_, end_, step_).geometry(probe, loc).shape;
+    Tensor probe = empty(a_.shape, {in[0].dtype(), kMeta});
+    Shape expected = SliceOp(a_.dim, a_.start, a_.end, a_.step).geometry(probe, loc).shape;
     if (in[0].shape() != expected)
       fail(name(), loc, "expected a gradient of shape {} for this slice of {}, but got {}",
-           shape_str(expected), shape_str(shape_), in[0].describe());
-    return {{shape_, in[0].dtype(), in[0].device()}};
-  }
-  void kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    zero_fill(out[0]);
-    Tensor region = make_view(out[0], out[0].shape(), out[0].strides(), 0);
-    Geometry g = SliceOp(dim_, start_, end_, step_).geometry(region, Loc::current());
-    copy_into(make_view(out[0], g.shape, g.strides, g.offset), in[0]);
+           shape_str(expected), shape_str(a_.shape), in[0].describe());
+    return {{a_.shape, in[0].dtype(), in[0].device()}};
   }
   Saves saves() const override { return {false, false}; }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    return {slice(ctx.grads[0], dim_, start_, end_, step_)};
+    return {slice(ctx.grads[0], a_.dim, a_.start, a_.end, a_.step)};
   }
 
  private:
-  Shape shape_;
-  int64_t dim_, start_, end_, step_;
+  detail::SliceBackwardAttrs a_;
 };
 
 std::vector<Tensor> SliceOp::vjp(const VjpContext& ctx) const {
@@ -306,6 +306,17 @@ Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
     return detail::release_view(
         call_op<ReshapeOp>({contiguous(x, loc)}, loc, "reshape", std::move(shape)));
   return call_op<ReshapeOp>({x}, loc, "reshape", std::move(shape));
+}
+
+const detail::SliceBackwardAttrs& detail::slice_backward_attrs(const Op& op) {
+  const auto* o = dynamic_cast<const SliceBackwardOp*>(&op);
+  KILN_INTERNAL_ASSERT(o != nullptr, std::string("slice_backward_attrs of op '") + op.name() + "'");
+  return o->slice_backward_attrs();
+}
+
+Tensor detail::slice_view(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  Geometry g = SliceOp(dim, start, end, step).geometry(x, Loc::current());
+  return make_view(x, g.shape, g.strides, g.offset);
 }
 
 Tensor detail::release_view(Tensor t) {

@@ -9,11 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ops/assign.h"
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/embedding.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/indexing.h"
+#include "kiln/ops/interpolate.h"
+#include "kiln/ops/join.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/pad.h"
 #include "kiln/ops/pool.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/ops/softmax.h"
 #include "tests/support/test_util.h"
 
@@ -78,6 +85,34 @@ TEST(KernelTable, ThePoolReduceAndSoftmaxFamiliesRunOnTheCpuBackend) {
                        1 / (1 + std::exp(-4.0))},
                       1e-12);
   test::expect_values(max_pool2d(x.reshape({1, 2, 2}), 2), {6});
+}
+
+TEST(KernelTable, TheIndexingJoinCopyAssignPadAndInterpolateFamiliesRunOnTheCpuBackend) {
+  const std::vector<std::string> cpu = ops_with_kernels(DeviceType::CPU);
+  for (const char* op :
+       {"gather", "scatter_add", "index_select", "masked_fill", "one_hot", "embedding",
+        "embedding_backward", "cat", "clone", "to_dtype", "copy_", "fill_", "slice_backward",
+        "interpolate", "interpolate_backward", "pad", "pad_backward"})
+    EXPECT_TRUE(std::find(cpu.begin(), cpu.end(), op) != cpu.end()) << op;
+  // Views need no kernel.
+  for (const char* op : {"reshape", "permute", "slice", "expand"})
+    EXPECT_TRUE(std::find(cpu.begin(), cpu.end(), op) == cpu.end()) << op;
+  Tensor x = tensor({1.0, 3.0, 2.0, 6.0}, {DType::Float64}).reshape({2, 2});
+  Tensor index = tensor({1.0, 0.0}, {DType::Int64});
+  test::expect_values(index_select(x, 0, index), {2, 6, 1, 3});
+  test::expect_values(gather(x, 1, index.reshape({2, 1})), {3, 2});
+  test::expect_values(embedding(x, index), {2, 6, 1, 3});
+  test::expect_values(cat({x, x}, 1), {1, 3, 1, 3, 2, 6, 2, 6});
+  test::expect_values(pad(x, {1, 0}, "replicate"), {1, 1, 3, 2, 2, 6});
+  test::expect_values(slice_backward(x, {3, 2}, 0, 1, 3), {0, 0, 1, 3, 2, 6});
+  InterpolateOptions resize;
+  resize.size = std::pair<int64_t, int64_t>{2, 4};
+  test::expect_values(interpolate(x.reshape({1, 1, 2, 2}), resize), {1, 1, 3, 3, 2, 2, 6, 6});
+  Tensor y = zeros({2, 2}, {DType::Float64});
+  assign(y, x.transpose(0, 1));
+  test::expect_values(y, {1, 2, 3, 6});
+  assign_fill(y, 0.5);
+  test::expect_values(y, {0.5, 0.5, 0.5, 0.5});
 }
 
 TEST(KernelTable, AnOpWithoutAKernelIsAnInternalErrorNamingIt) {
