@@ -15,8 +15,10 @@ namespace kiln {
 // the kernel with the op and the tensors. A kernel reads the op's attributes through the
 // family's header in kiln/ops/ (norm_ops.h, pool_ops.h, conv_ops.h, ...: a plain struct per op
 // and an accessor), so the op classes stay private to their definition files. So a new device, or
-// a graph executor that picks kernels itself, adds or reads entries without editing any op. An op
-// that overrides kernel() or forward() itself has not been moved to a backend yet.
+// a graph executor that picks kernels itself, adds or reads entries without editing any op.
+// Op::kernel() is not virtual: no definition can carry a kernel of its own. An op overrides
+// forward() only to be a view (no kernel), a composite (Note [composite ops]) or a write into an
+// input (Note [effects]), whose forward still reaches its kernel through the table.
 //
 // The table holds kernels only, never a forward(): a kernel writes into the outputs the
 // dispatcher allocated from infer's metadata (shape, dtype, layout). Where a backend keeps an
@@ -25,9 +27,14 @@ namespace kiln {
 // itself and no copy or allocation is added. Where a definition needs an answer only the backend
 // can give (a convolution's output layout, which epilogue fuses), the family header declares a
 // small query that the backend registers beside its kernels (Note [conv planner] in
-// conv_ops.h). Kernels of the convolution family and bmm are in kiln/backend/onednn/ (the float64
-// loops they fall back on in kiln/backend/cpu/); the norm, pooling, reduction and softmax
-// families' in kiln/backend/cpu/.
+// conv_ops.h). A check that needs values (an index out of range) runs in the kernel, but the
+// definition owns its error text: the family header declares the check and the definition
+// implements it (indexing_ops.h, pad_ops.h, pool_ops.h, loss_ops.h).
+//
+// Where the kernels are: the convolution family and bmm in kiln/backend/onednn/ (with the float64
+// loops they fall back on in kiln/backend/cpu/); every other family in kiln/backend/cpu/, one
+// <family>_ops.cpp per definition file (unary_ops.cpp for unary.cpp, ...), including the
+// optimizers' fused updates (optimizer_update_ops.cpp, defined in kiln/ops/optimizer_update.cpp).
 using KernelFn = void (*)(const Op& op, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs);
 

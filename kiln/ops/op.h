@@ -44,8 +44,9 @@ struct VjpContext {
 //                  rebuilds the op from them (Note [op factory] in op_factory.h)
 //   infer          validates inputs and returns output metadata (Note [faithful meta]); runs for
 //                  every device, meta too, and chooses the output layout
-//   forward/kernel computes on real memory; forward() defaults to "allocate outputs from infer's
-//                  metadata, then kernel()"; view ops and ops that write an input override it
+//   forward        computes on real memory; defaults to "allocate outputs from infer's metadata,
+//                  then kernel()", which runs the kernel a backend registered for the op (Note
+//                  [kernel table]); view ops, composites and ops that write an input override it
 //   vjp            the gradient, written with kiln's public ops so that it is itself recorded,
 //                  differentiable (higher-order grads) and traceable
 //   mutates        the inputs it writes (Note [effects])
@@ -54,8 +55,8 @@ struct VjpContext {
 //     explicit GatherOp(int64_t dim);
 //     const char* name() const override { return "gather"; }
 //     nlohmann::json attrs() const override { return {{"dim", dim_}}; }
-//     infer(...), kernel(...), vjp(...)
-//   };
+//     infer(...), vjp(...)
+//   };   // its kernel: KILN_REGISTER_KERNEL("gather", ...) in kiln/backend/cpu/indexing_ops.cpp
 //   KILN_REGISTER_OP("gather", (OpSchema{{"x", "index"}, {"y"}}),
 //                    [](const Attrs& a) -> OpPtr { return std::make_shared<const
 //                    GatherOp>(a.i("dim")); });
@@ -72,7 +73,9 @@ class Op {
                                         const Loc& loc) const = 0;
   virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs,
                                       const std::vector<TensorMeta>& metas) const;
-  virtual void kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
+  // Runs the kernel registered for (name(), the outputs' device) in the kernel table. Not
+  // virtual: a definition never carries its own kernel (Note [kernel table]).
+  void kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
 
   virtual bool differentiable() const { return true; }
   // Returns one gradient per input (undefined where not needed or not differentiable).

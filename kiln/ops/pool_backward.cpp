@@ -146,6 +146,14 @@ const detail::AvgParams& detail::avg_pool_backward_attrs(const Op& op) {
   return a->params();
 }
 
+void detail::fail_max_pool_indices(const Op& op, const Tensor& indices, int64_t bad, int64_t h,
+                                   int64_t w) {
+  fail(op.name(), kernel_call_site(),
+       "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at position {} "
+       "of indices {}",
+       h * w, h, w, indices.to_vector<int64_t>()[bad], bad, indices.describe());
+}
+
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, Size2 input_size,
                            const Loc& loc) {
   return call_op<MaxPool2dBackwardOp>({grad, indices}, loc, input_size);

@@ -60,5 +60,10 @@ const AvgParams& avg_pool_attrs(const Op& op);
 // avg_pool2d_backward (pool_backward.cpp).
 const AvgParams& avg_pool_backward_attrs(const Op& op);
 
+// max_pool2d_backward's kernel found indices[bad] outside the h x w plane: the user error
+// (pool_backward.cpp owns its text; Note [kernel table]).
+[[noreturn]] void fail_max_pool_indices(const Op& op, const Tensor& indices, int64_t bad, int64_t h,
+                                        int64_t w);
+
 }  // namespace detail
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include "kiln/ops/conv.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
+#include "kiln/ops/kernel_table.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/norm.h"
@@ -256,10 +257,11 @@ struct ThrowingOp final : Op {
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
     return {{in[0].shape(), in[0].dtype(), in[0].device()}};
   }
-  void kernel(const std::vector<Tensor>&, const std::vector<Tensor>&) const override {
-    throw std::length_error("vector::reserve");
-  }
 };
+void throwing_kernel(const Op&, const std::vector<Tensor>&, const std::vector<Tensor>&) {
+  throw std::length_error("vector::reserve");
+}
+KILN_REGISTER_KERNEL("throwing", DeviceType::CPU, throwing_kernel);
 
 TEST(PytorchSemantics, ALibraryExceptionInAKernelBecomesAnInternalErrorNamingTheOp) {
   int line = 0;

@@ -31,12 +31,7 @@ void max_pool2d_backward_kernel(const Op& op, const std::vector<Tensor>& in,
                                 const std::vector<Tensor>& out) {
   const int64_t bad = detail::max_pool_backward_kernel(in[0], in[1], out[0]);
   if (bad < 0) return;
-  const Tensor& indices = in[1];
-  const int64_t h = out[0].size(-2), w = out[0].size(-1);
-  fail(op.name(), kernel_call_site(),
-       "expected indices in [0, {}) (flat positions in a {}x{} plane), but got {} at position {} "
-       "of indices {}",
-       h * w, h, w, indices.to_vector<int64_t>()[bad], bad, indices.describe());
+  detail::fail_max_pool_indices(op, in[1], bad, out[0].size(-2), out[0].size(-1));
 }
 
 void avg_pool2d_backward_kernel(const Op& op, const std::vector<Tensor>& in,
