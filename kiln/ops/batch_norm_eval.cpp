@@ -3,7 +3,7 @@
 // scale and shift and runs channel_affine, the one-pass kernel.
 #include "kiln/ops/binary.h"
 #include "kiln/ops/composite_op.h"
-#include "kiln/ops/loops.h"
+#include "kiln/ops/elementwise_layout.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"

@@ -7,8 +7,8 @@
 
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dispatcher.h"
+#include "kiln/ops/elementwise_layout.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"

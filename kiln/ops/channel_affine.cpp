@@ -5,7 +5,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/loops.h"
+#include "kiln/ops/elementwise_layout.h"
 #include "kiln/ops/norm.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"

@@ -9,7 +9,6 @@
 
 #include "kiln/ops/factory_op.h"
 #include "kiln/ops/factory_ops.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 
 namespace kiln {

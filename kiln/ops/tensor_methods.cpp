@@ -4,7 +4,6 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/factories.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"

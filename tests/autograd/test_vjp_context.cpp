@@ -3,10 +3,10 @@
 
 #include <string>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "tests/support/test_util.h"
 
 namespace kiln {

@@ -2,8 +2,8 @@
 // as_dtype(): the operand conversion of the elementwise kernels with mixed-dtype inputs
 // (binary_ops.cpp, compare_ops.cpp here): the operand itself when it already has the dtype, so
 // the common path copies nothing.
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/tensor.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln::detail {
 

@@ -2,9 +2,9 @@
 // first input, which the definitions' forward() passes as the output (Note [effects]). The
 // definitions (infer, effects) are in kiln/ops/assign.cpp.
 #include "kiln/ops/assign_ops.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -5,8 +5,8 @@
 #include <type_traits>
 
 #include "kiln/backend/cpu/as_dtype.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

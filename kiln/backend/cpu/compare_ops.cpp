@@ -5,8 +5,8 @@
 #include <array>
 
 #include "kiln/backend/cpu/as_dtype.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/type_promotion.h"
 
 namespace kiln {

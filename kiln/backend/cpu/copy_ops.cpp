@@ -1,7 +1,7 @@
 // CPU kernels of clone and to_dtype (Note [kernel table]): one strided copy into the fresh output,
 // converting the dtype where it differs. The definitions are in kiln/ops/copy_ops.cpp.
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -2,8 +2,8 @@
 // dense(): the operand copy that kernels needing plain memory (oneDNN's, kiln's own loops) take of
 // an input of any layout or dtype; the input itself when it already is one, so no copy is made on
 // the common path.
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/tensor.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln::detail {
 

@@ -2,8 +2,8 @@
 // definition (attributes, infer, vjp) and the public dropout() that draws the mask are in
 // kiln/ops/dropout.cpp.
 #include "kiln/ops/dropout_ops.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -3,12 +3,12 @@
 // in kiln/ops/embedding.cpp.
 #include <cstring>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/embedding_ops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {

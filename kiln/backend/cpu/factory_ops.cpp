@@ -5,10 +5,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/factory_ops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -3,11 +3,11 @@
 // the kernels run first (Note [index checks]) are in kiln/ops/indexing.cpp.
 #include <array>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/indexing_ops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

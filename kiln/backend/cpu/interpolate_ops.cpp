@@ -6,11 +6,11 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/interpolate_ops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {

@@ -1,8 +1,8 @@
 // CPU kernel of cat (Note [kernel table]): each input is copied into its slot of the output along
 // the dim. The definition (attributes, infer, vjp) is in kiln/ops/join.cpp.
 #include "kiln/ops/join_ops.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

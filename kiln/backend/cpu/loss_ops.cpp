@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/loss_ops.h"
 #include "kiln/ops/shape_ops.h"
 

@@ -11,8 +11,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 namespace detail {

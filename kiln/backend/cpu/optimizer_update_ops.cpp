@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/backend/cpu/optimizer_update_kernels.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/optimizer_update.h"
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/pad_ops.h"
 
 namespace kiln {

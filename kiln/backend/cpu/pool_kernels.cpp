@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 namespace detail {

@@ -5,12 +5,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rng.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/random_ops.h"
 
 namespace kiln {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/parallel.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 namespace detail {

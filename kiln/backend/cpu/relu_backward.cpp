@@ -2,8 +2,8 @@
 // pass. The definition (infer, vjp) is in kiln/ops/relu_backward.cpp.
 #include <type_traits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
 // CPU kernel of slice_backward (Note [kernel table]): zeros of the input's shape with the gradient
 // copied into the sliced region. The definition, and the view ops beside it (which need no
 // kernel), are in kiln/ops/shape_ops.cpp.
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/slice_ops.h"
 
 namespace kiln {

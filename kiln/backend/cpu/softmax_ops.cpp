@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/softmax_ops.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <type_traits>
 
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 #include "kiln/ops/unary_ops.h"
 
 namespace kiln {

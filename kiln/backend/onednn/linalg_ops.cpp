@@ -6,9 +6,9 @@
 
 #include "kiln/backend/cpu/bmm_f64.h"
 #include "kiln/backend/cpu/dense.h"
+#include "kiln/backend/cpu/loops.h"
 #include "kiln/backend/onednn/bmm_kernel.h"
 #include "kiln/ops/kernel_table.h"
-#include "kiln/ops/loops.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/ops/loops.h"
+#include "kiln/ops/elementwise_layout.h"
 
 namespace kiln {
 
@@ -18,16 +18,6 @@ MemoryFormat elementwise_format(const std::vector<Tensor>& inputs, const Shape& 
     any = true;
   }
   return any ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
-}
-
-void copy_into(const Tensor& dst, const Tensor& src) {
-  visit_dtype(dst.dtype(), [&](auto to) {
-    using TO = typename decltype(to)::type;
-    visit_dtype(src.dtype(), [&](auto from) {
-      using TA = typename decltype(from)::type;
-      map_unary<TA, TO>(src, dst, [](auto v) { return static_cast<compute_t<TO>>(v); });
-    });
-  });
 }
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 #pragma once
-// Strided loops shared by the elementwise kernels: broadcasting, coalescing of dimensions,
-// a contiguous fast path the compiler vectorizes, and OpenMP over outer rows.
+// Strided loops shared by the CPU kernels: broadcasting, coalescing of dimensions, a contiguous
+// fast path the compiler vectorizes, and OpenMP over outer rows. (The layout rule the definitions'
+// infer uses, elementwise_format, is in kiln/ops/elementwise_layout.h.)
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -8,18 +9,11 @@
 
 #include "kiln/core/parallel.h"
 #include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise_layout.h"
 
 namespace kiln {
 
-// Strides of `t` seen with shape `out_shape` (broadcast dims get stride 0).
-Strides broadcast_strides(const Tensor& t, const Shape& out_shape);
-
 inline constexpr int64_t kGrain = 32768;
-
-// The layout of an elementwise op's output of shape `out_shape` (Note [channels-last]):
-// channels-last when every input of that shape is channels-last (broadcast operands, such as a
-// per-channel scale, do not vote), contiguous otherwise.
-MemoryFormat elementwise_format(const std::vector<Tensor>& inputs, const Shape& out_shape);
 
 // True when a and out have the same shape and one dense layout (contiguous or channels-last), so
 // that their elements pair up at equal offsets from the start.
