@@ -1,9 +1,10 @@
 #include "kiln/ops/kernel_table.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 namespace kiln {
@@ -30,21 +31,53 @@ bool register_kernel(const char* op_name, DeviceType device, KernelFn fn) {
   return true;
 }
 
+// Note [kernel lookup cache]: every eager op call looks its kernel up, so the answer is cached
+// by the address of the op's name (one string literal per op class) in a fixed open-addressing
+// table that readers probe without a lock: a slot's kernel is stored before its key is
+// published (release), and a reader that sees the key (acquire) sees the kernel. Writers take the
+// table's mutex. A thread_local map did the same but cost a TLS lookup per call from inside the
+// shared library (__tls_get_addr), which the eager add benchmark showed.
+namespace {
+
+struct CacheSlot {
+  std::atomic<const void*> key{nullptr};
+  std::atomic<KernelFn> fn{nullptr};
+};
+constexpr size_t kCacheBits = 10;  // 1024 slots per device: a few hundred op names fit sparsely
+constexpr size_t kCacheSlots = size_t{1} << kCacheBits;
+CacheSlot lookup_cache[2][kCacheSlots];
+
+size_t slot_of(const void* name) {
+  return static_cast<size_t>((reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15ull) >>
+                             (64 - kCacheBits));
+}
+
+}  // namespace
+
 KernelFn find_kernel(const Op& op, DeviceType device) {
-  // An op's name() is one string literal per class, so this thread remembers the answer by the
-  // literal's address and the common case takes no lock and compares no strings.
-  thread_local std::unordered_map<const void*, KernelFn> cache[2];
-  auto& by_name = cache[device == DeviceType::CPU ? 0 : 1];
+  CacheSlot* slots = lookup_cache[device == DeviceType::CPU ? 0 : 1];
   const char* name = op.name();
-  if (auto it = by_name.find(name); it != by_name.end()) return it->second;
-  Table& t = table();
-  KernelFn fn = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(t.mutex);
-    auto it = t.kernels.find({std::string(name), device});
-    if (it != t.kernels.end()) fn = it->second;
+  const size_t home = slot_of(name);
+  for (size_t i = 0; i < kCacheSlots; ++i) {
+    CacheSlot& slot = slots[(home + i) & (kCacheSlots - 1)];
+    const void* key = slot.key.load(std::memory_order_acquire);
+    if (key == name) return slot.fn.load(std::memory_order_relaxed);
+    if (key == nullptr) break;
   }
-  by_name.emplace(name, fn);
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  KernelFn fn = nullptr;
+  if (auto it = t.kernels.find({std::string(name), device}); it != t.kernels.end()) fn = it->second;
+  for (size_t i = 0; i < kCacheSlots; ++i) {
+    CacheSlot& slot = slots[(home + i) & (kCacheSlots - 1)];
+    const void* key = slot.key.load(std::memory_order_relaxed);
+    if (key == name) break;  // another thread cached it meanwhile
+    if (key == nullptr) {
+      slot.fn.store(fn, std::memory_order_relaxed);
+      slot.key.store(name, std::memory_order_release);
+      break;
+    }
+  }  // a full cache only means later lookups of this name take the slow path
   return fn;
 }
 
