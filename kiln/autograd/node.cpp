@@ -208,9 +208,12 @@ void record(const OpPtr& op, const std::vector<Tensor>& inputs, std::vector<Tens
 class TapeMode final : public DispatchMode {
  public:
   const char* name() const override { return "tape"; }
+  bool intercepts(const OpCall& call) const override {
+    return should_record(*call.op, call.inputs);
+  }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
     std::vector<Tensor> outputs = next(call);
-    if (should_record(*call.op, call.inputs)) record(call.op, call.inputs, outputs, call.loc);
+    record(call.op, call.inputs, outputs, call.loc);
     return outputs;
   }
 };

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <memory_resource>
 #include <mutex>
+#include <new>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -38,7 +40,7 @@ struct BySizeThenAddress {
   }
 };
 
-using FreeBlocks = std::set<Block*, BySizeThenAddress>;
+using FreeBlocks = std::pmr::set<Block*, BySizeThenAddress>;
 
 std::string human_bytes(double bytes) {
   if (bytes < 1024.0) return fmt::format("{:.0f} B", bytes);
@@ -76,11 +78,68 @@ void* system_alloc(size_t size) {
 
 }  // namespace
 
+// Fixed-size free lists for the allocator's bookkeeping (Note [allocator bookkeeping]): a request
+// of up to kMaxNode bytes pops a node of its 16-byte class, carved from 4 KiB slabs that are
+// released only with the resource; larger requests (hash buckets) go to global new. Not
+// thread-safe: the allocator's mutex guards it. (std::pmr::unsynchronized_pool_resource does the
+// same job but measured slower than malloc here: its deallocate searches for the owning chunk.)
+class NodeResource final : public std::pmr::memory_resource {
+ public:
+  NodeResource() = default;
+  NodeResource(const NodeResource&) = delete;
+  NodeResource& operator=(const NodeResource&) = delete;
+  ~NodeResource() override {
+    for (void* slab : slabs_) ::operator delete(slab);
+  }
+
+ private:
+  static constexpr size_t kQuantum = 16;
+  static constexpr size_t kMaxNode = 128;
+  static constexpr size_t kSlab = 4096;
+  struct FreeNode {
+    FreeNode* next;
+  };
+
+  void* do_allocate(size_t bytes, size_t align) override {
+    if (bytes > kMaxNode || align > kQuantum) return ::operator new(bytes, std::align_val_t(align));
+    const size_t cls = (bytes + kQuantum - 1) / kQuantum;
+    if (!free_[cls]) refill(cls);
+    FreeNode* node = free_[cls];
+    free_[cls] = node->next;
+    return node;
+  }
+  void do_deallocate(void* p, size_t bytes, size_t align) override {
+    if (bytes > kMaxNode || align > kQuantum) return ::operator delete(p, std::align_val_t(align));
+    const size_t cls = (bytes + kQuantum - 1) / kQuantum;
+    free_[cls] = new (p) FreeNode{free_[cls]};
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+  void refill(size_t cls) {
+    char* slab = static_cast<char*>(::operator new(kSlab));
+    slabs_.push_back(slab);
+    const size_t node = cls * kQuantum;
+    for (size_t off = 0; off + node <= kSlab; off += node)
+      free_[cls] = new (slab + off) FreeNode{free_[cls]};
+  }
+
+  FreeNode* free_[kMaxNode / kQuantum + 1] = {};
+  std::vector<void*> slabs_;
+};
+
+// Note [allocator bookkeeping]: the blocks and the nodes of the free sets and of the address map
+// come from free lists (NodeResource, guarded by the allocator's mutex like everything else),
+// not from malloc: an eager op allocates and frees one tensor, and with global new that cost four
+// mallocs and four frees of bookkeeping per tensor (measured with a counting malloc: 14 mallocs
+// per eager 1-element add, 10 with the free lists). Only kiln's own bookkeeping lives there;
+// tensor memory and its statistics are unchanged.
 struct CachingAllocator::Impl {
   mutable std::mutex mutex_;
-  FreeBlocks small_free_;
-  FreeBlocks large_free_;
-  std::unordered_map<void*, Block*> active_;  // handed-out blocks by address
+  NodeResource nodes_;  // declared first: outlives the containers
+  FreeBlocks small_free_{&nodes_};
+  FreeBlocks large_free_{&nodes_};
+  std::pmr::unordered_map<void*, Block*> active_{&nodes_};  // handed-out blocks by address
   MemoryStats stats_;  // largest_free_block and fragmentation are derived in snapshot()
   size_t limit_ = 0;
 
@@ -94,9 +153,14 @@ struct CachingAllocator::Impl {
       if (!entry.second->prev) heads.push_back(entry.second);
     for (Block* head : heads) {
       std::free(head->ptr);
-      for (Block* b = head; b;) delete std::exchange(b, b->next);
+      for (Block* b = head; b;) drop_block(std::exchange(b, b->next));
     }
   }
+
+  Block* make_block(const Block& value) {
+    return std::pmr::polymorphic_allocator<Block>(&nodes_).new_object<Block>(value);
+  }
+  void drop_block(Block* b) { std::pmr::polymorphic_allocator<Block>(&nodes_).delete_object(b); }
 
   static size_t round_up(size_t nbytes) {
     return (nbytes + kBlockRound - 1) / kBlockRound * kBlockRound;
@@ -145,7 +209,7 @@ struct CachingAllocator::Impl {
         std::free(b->ptr);
         stats_.reserved_bytes -= static_cast<int64_t>(b->size);
         --stats_.num_segments;
-        delete b;
+        drop_block(b);
       }
     }
   }
@@ -167,7 +231,7 @@ struct CachingAllocator::Impl {
     stats_.reserved_bytes += static_cast<int64_t>(segment_size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     ++stats_.num_segments;
-    return new Block{.ptr = static_cast<char*>(ptr), .size = segment_size, .small = small};
+    return make_block({.ptr = static_cast<char*>(ptr), .size = segment_size, .small = small});
   }
 
   void maybe_split(Block* block, size_t size) {
@@ -176,11 +240,11 @@ struct CachingAllocator::Impl {
     // live in the other pool, so it stays part of the handed-out block.
     bool split = block->small ? remainder >= kBlockRound : remainder > kSmallRequest;
     if (!split) return;
-    auto* rest = new Block{.ptr = block->ptr + size,
-                           .size = remainder,
-                           .small = block->small,
-                           .prev = block,
-                           .next = block->next};
+    Block* rest = make_block({.ptr = block->ptr + size,
+                              .size = remainder,
+                              .small = block->small,
+                              .prev = block,
+                              .next = block->next});
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = size;
@@ -230,14 +294,14 @@ struct CachingAllocator::Impl {
       prev->size += block->size;
       prev->next = block->next;
       if (block->next) block->next->prev = prev;
-      delete std::exchange(block, prev);
+      drop_block(std::exchange(block, prev));
     }
     if (Block* next = block->next; next && !next->allocated) {
       pool.erase(next);
       block->size += next->size;
       block->next = next->next;
       if (next->next) next->next->prev = block;
-      delete next;
+      drop_block(next);
     }
     pool.insert(block);
   }

@@ -108,7 +108,8 @@ class BinaryOp final : public Op {
            "expected numeric tensors, but got {} and {} (subtraction with a bool tensor is not "
            "supported; to invert a mask use logical_not)",
            in[0].describe(), in[1].describe());
-    return {{shape, dt, in[0].device(), elementwise_format(in, shape)}};
+    const MemoryFormat format = elementwise_format(in, shape);
+    return one_output({std::move(shape), dt, in[0].device(), format});
   }
 
   Saves saves() const override { return {Fn::kNeedsInputs, false}; }

@@ -39,18 +39,31 @@ std::atomic<const ProcessModes*>& process_modes() {
   return published().current;
 }
 
-thread_local std::vector<std::shared_ptr<DispatchMode>> tls_stack;
-// Where a dispatch on this thread enters the order: 0 normally; inside a mode's handle(), the
-// level below that mode, so a mode does not see the ops it dispatches itself.
-thread_local size_t tls_entry = 0;
+// Note [dispatch state]: this thread's part of the order lives in one thread_local struct with
+// trivial construction, so a dispatch reaches all of it with one TLS address computation (from a
+// shared library each distinct thread_local costs a __tls_get_addr call, which the eager add
+// benchmark showed).
+struct DispatchState {
+  std::vector<std::shared_ptr<DispatchMode>>* stack = nullptr;  // null until the first push
+  // Where a dispatch on this thread enters the order: 0 normally; inside a mode's handle(), the
+  // level below that mode, so a mode does not see the ops it dispatches itself.
+  size_t entry = 0;
+  const Loc* kernel_loc = nullptr;
+  // Inside a composite op's forward (Note [composite ops]).
+  bool composite = false;
+};
+thread_local DispatchState tls;
 
-thread_local const Loc* tls_kernel_loc = nullptr;
-// Inside a composite op's forward (Note [composite ops]).
-thread_local bool tls_composite = false;
+// Owns tls.stack; touched only by a push, so ordinary dispatches skip its TLS init wrapper.
+struct StackOwner {
+  std::vector<std::shared_ptr<DispatchMode>> stack;
+  StackOwner() { tls.stack = &stack; }
+  ~StackOwner() { tls.stack = nullptr; }
+};
 
 struct EntryScope {
-  explicit EntryScope(size_t level) : saved(tls_entry) { tls_entry = level; }
-  ~EntryScope() { tls_entry = saved; }
+  explicit EntryScope(size_t level) : saved(tls.entry) { tls.entry = level; }
+  ~EntryScope() { tls.entry = saved; }
   size_t saved;
 };
 
@@ -58,9 +71,9 @@ struct EntryScope {
 class AnomalyCheckMode final : public DispatchMode {
  public:
   const char* name() const override { return "anomaly"; }
+  bool intercepts(const OpCall&) const override { return AnomalyMode::is_enabled(); }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
     std::vector<Tensor> outputs = next(call);
-    if (!AnomalyMode::is_enabled()) return outputs;
     for (size_t i = 0; i < outputs.size(); ++i)
       if (has_nonfinite(outputs[i]))
         fail(call.op->name(), call.loc,
@@ -79,24 +92,30 @@ const bool anomaly_installed =
 
 }  // namespace
 
-// The order of one call: this thread's modes (top first), then the process-wide ones.
+// The order of one call: this thread's modes (top first), then the process-wide ones. Levels
+// count every mode, interested or not, so that a mode's level (and tls.entry inside its handle)
+// does not depend on which modes a particular call interests.
 struct DispatchChain {
-  size_t user_count;  // tls_stack[0, user_count) at the time of the call
+  const std::vector<std::shared_ptr<DispatchMode>>* user;  // null when none was ever pushed
+  size_t user_count;  // (*user)[0, user_count) at the time of the call
   const ProcessModes* process;
 
-  size_t size() const { return user_count + process->size(); }
   DispatchMode* at(size_t level) const {
-    return level < user_count ? tls_stack[user_count - 1 - level].get()
+    return level < user_count ? (*user)[user_count - 1 - level].get()
                               : (*process)[level - user_count].mode.get();
   }
   std::vector<Tensor> run(const OpCall& call, size_t level) const {
-    if (level >= size()) {
-      EntryScope kernel_scope(0);  // ops a kernel dispatches go through every mode
-      return detail::run_kernel(call);
+    // A mode that is not interested in this call is skipped without a frame.
+    for (const size_t size = user_count + process->size(); level < size; ++level) {
+      DispatchMode* mode = at(level);
+      if (!mode->intercepts(call)) continue;
+      DispatchNext next(this, level + 1);
+      EntryScope scope(level + 1);
+      return mode->handle(call, next);
     }
-    DispatchNext next(this, level + 1);
-    EntryScope scope(level + 1);
-    return at(level)->handle(call, next);
+    if (tls.entry == 0) return detail::run_kernel(call);
+    EntryScope kernel_scope(0);  // ops a kernel dispatches go through every mode
+    return detail::run_kernel(call);
   }
 };
 
@@ -106,16 +125,21 @@ std::vector<Tensor> DispatchNext::operator()(const OpCall& call) {
 
 DispatchModeGuard::DispatchModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(mode.get()) {
   KILN_INTERNAL_ASSERT(mode_ != nullptr, "DispatchModeGuard needs a mode");
-  tls_stack.push_back(std::move(mode));
+  if (!tls.stack) {
+    thread_local StackOwner owner;  // constructed (and tls.stack set) on this thread's first push
+    KILN_INTERNAL_ASSERT(tls.stack == &owner.stack, "a dispatch mode pushed during thread exit");
+  }
+  tls.stack->push_back(std::move(mode));
 }
 
 DispatchModeGuard::~DispatchModeGuard() {
   // Guards nest; a guard destroyed out of order is a bug in the code that made them.
-  if (!tls_stack.empty() && tls_stack.back().get() == mode_) tls_stack.pop_back();
+  auto* stack = tls.stack;
+  if (stack && !stack->empty() && stack->back().get() == mode_) stack->pop_back();
 }
 
 std::vector<std::shared_ptr<DispatchMode>> dispatch_mode_stack() {
-  return tls_stack;
+  return tls.stack ? *tls.stack : std::vector<std::shared_ptr<DispatchMode>>{};
 }
 
 void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
@@ -133,9 +157,11 @@ void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
 namespace detail {
 
 std::vector<Tensor> run_dispatch_modes(const OpCall& call) {
-  if (tls_composite) return run_kernel(call);
-  DispatchChain chain{tls_stack.size(), process_modes().load(std::memory_order_acquire)};
-  return chain.run(call, tls_entry);
+  DispatchState& state = tls;
+  if (state.composite) return run_kernel(call);
+  DispatchChain chain{state.stack, state.stack ? state.stack->size() : 0,
+                      process_modes().load(std::memory_order_acquire)};
+  return chain.run(call, state.entry);
 }
 
 std::vector<Tensor> run_kernel(const OpCall& call) {
@@ -152,10 +178,13 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
     return outputs;
   }
   struct KernelLocScope {
-    explicit KernelLocScope(const Loc* loc) : saved(tls_kernel_loc) { tls_kernel_loc = loc; }
-    ~KernelLocScope() { tls_kernel_loc = saved; }
+    KernelLocScope(DispatchState& state, const Loc* loc) : state(state), saved(state.kernel_loc) {
+      state.kernel_loc = loc;
+    }
+    ~KernelLocScope() { state.kernel_loc = saved; }
+    DispatchState& state;
     const Loc* saved;
-  } loc_scope(&call.loc);
+  } loc_scope(tls, &call.loc);
   try {
     return op.forward(call.inputs, call.metas);
   } catch (const OutOfMemoryError& e) {
@@ -181,21 +210,21 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
   }
 }
 
-CompositeScope::CompositeScope() : saved_(tls_composite), grad_saved_(GradMode::is_enabled()) {
-  tls_composite = true;
+CompositeScope::CompositeScope() : saved_(tls.composite), grad_saved_(GradMode::is_enabled()) {
+  tls.composite = true;
   GradMode::set_enabled(false);
 }
 
 CompositeScope::~CompositeScope() {
   GradMode::set_enabled(grad_saved_);
-  tls_composite = saved_;
+  tls.composite = saved_;
 }
 
 }  // namespace detail
 
 const Loc& kernel_call_site() {
   static const Loc none = Loc::current();
-  return tls_kernel_loc ? *tls_kernel_loc : none;
+  return tls.kernel_loc ? *tls.kernel_loc : none;
 }
 
 }  // namespace kiln

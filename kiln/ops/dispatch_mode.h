@@ -25,15 +25,20 @@ class DispatchNext;
 // and finally the kernel (not on meta tensors). A mode may also skip `next` and return outputs of
 // its own, or dispatch other ops itself; ops a mode dispatches from inside handle() are seen only
 // by the modes below it (as with PyTorch's dispatch modes, a mode does not see its own work).
+// A mode may decline a call (intercepts() false): it is then skipped for that call, so the
+// process-wide modes cost nothing on calls they ignore (the tape on calls without grad, the
+// profiler and anomaly checks while off) and an eager call goes from infer to its kernel.
 //
 // Order, from the first to see a call to the last:
 //   1. this thread's stack, most recently pushed first (DispatchModeGuard); a mode pushed on one
 //      thread never sees another thread's ops, so modes need no locks;
 //   2. the process-wide modes, by their rank (install_process_mode):
-//        kTapeRank     autograd's tape: records a node for ops whose inputs require grad,
-//        kAnomalyRank  anomaly mode's NaN/Inf check of outputs (active under DetectAnomalyGuard),
-//        kProfileRank  the profiler's timer (active while a Profiler collects; it is process-wide
-//                      so DataLoader workers' ops are counted too);
+//        kTapeRank     autograd's tape: records a node for ops whose inputs require grad
+//                      (intercepts exactly the calls should_record() accepts),
+//        kAnomalyRank  anomaly mode's NaN/Inf check of outputs (intercepts under
+//                      DetectAnomalyGuard),
+//        kProfileRank  the profiler's timer (intercepts while a Profiler collects; it is
+//                      process-wide so DataLoader workers' ops are counted too);
 //   3. the kernel.
 // So a tracer pushed by the user sees outputs that the tape already recorded (their grad_fn is
 // set), and the profiler times only the kernel. A kernel that dispatches ops itself starts them
@@ -42,6 +47,10 @@ class DispatchMode {
  public:
   virtual ~DispatchMode() = default;
   virtual const char* name() const = 0;
+  // Whether this mode wants to see the call; asked once per call, when the call reaches the
+  // mode's place in the order. A mode that says no is skipped (no handle(), no frame), so a call
+  // that interests no mode goes straight to its kernel: the eager fast path.
+  virtual bool intercepts(const OpCall& /*call*/) const { return true; }
   virtual std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) = 0;
 };
 

@@ -24,6 +24,15 @@ struct TensorMeta {
   int alias_of = -1;
 };
 
+// The common infer result, one output, built without the copies `return {{...}}` makes (the
+// initializer list copies the meta and its shape), which the eager 1-element add showed.
+inline std::vector<TensorMeta> one_output(TensorMeta&& meta) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(1);
+  metas.push_back(std::move(meta));
+  return metas;
+}
+
 struct VjpContext {
   const std::vector<TensorMeta>& input_metas;  // shape/dtype of every input, always available
   const std::vector<Tensor>& inputs;           // saved inputs (undefined where the op saves none)

@@ -156,10 +156,13 @@ class OpTimer {
 class ProfileMode final : public DispatchMode {
  public:
   const char* name() const override { return "profiler"; }
-  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
+  bool intercepts(const OpCall& call) const override {
+    if (!profiling_active()) return false;
     const bool meta = call.inputs.empty() ? !call.metas.empty() && call.metas[0].device.is_meta()
                                           : call.inputs[0].is_meta();
-    if (!profiling_active() || meta) return next(call);
+    return !meta;
+  }
+  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
     OpTimer timer(call.op->name());
     std::vector<Tensor> outputs = next(call);
     timer.set_flops(call.op->flops(call.inputs, outputs));

@@ -262,7 +262,7 @@ class UnaryOp final : public Op {
       fail(name(), loc, "expected a numeric tensor, but got {}", x.describe());
     }
     if (!is_floating(dt) && !Fn::kKeepsIntegers) dt = DType::Float32;
-    return {{x.shape(), dt, x.device(), elementwise_format(in, x.shape())}};
+    return one_output({x.shape(), dt, x.device(), elementwise_format(in, x.shape())});
   }
 
   Saves saves() const override { return Fn::kSaves; }

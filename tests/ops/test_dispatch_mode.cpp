@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +88,50 @@ TEST(DispatchMode, AModeDoesNotSeeItsOwnOpsButTheModesBelowDo) {
   ASSERT_EQ(below.calls().size(), 2u);
   EXPECT_STREQ(below.calls()[0].op->name(), "neg");
   EXPECT_STREQ(below.calls()[1].op->name(), "clone");
+}
+
+// Logs only the calls of one op; declines the rest (DispatchMode::intercepts).
+class OnlyMode final : public DispatchMode {
+ public:
+  OnlyMode(std::string op, std::vector<std::string>* log) : op_(std::move(op)), log_(log) {}
+  const char* name() const override { return "only"; }
+  bool intercepts(const OpCall& call) const override { return op_ == call.op->name(); }
+  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
+    EXPECT_EQ(op_, call.op->name()) << "handle() called for a call the mode declined";
+    log_->push_back(call.op->name());
+    return next(call);
+  }
+
+ private:
+  std::string op_;
+  std::vector<std::string>* log_;
+};
+
+TEST(DispatchMode, AModeThatDeclinesACallIsSkippedForThatCallOnly) {
+  std::vector<std::string> log;
+  test::RecordOps below;
+  {
+    DispatchModeGuard guard(std::make_shared<OnlyMode>("exp", &log));
+    Tensor y = exp(neg(f32({1, 2})));
+    EXPECT_NEAR(y.to_vector<float>()[0], std::exp(-1.0f), 1e-6);
+  }
+  EXPECT_EQ(log, (std::vector<std::string>{"exp"}));
+  ASSERT_EQ(below.calls().size(), 2u) << "a declined call still reaches the modes below";
+  EXPECT_STREQ(below.calls()[0].op->name(), "neg");
+}
+
+TEST(DispatchMode, OpsAModeDispatchesReachOnlyTheModesBelowItEvenPastADecliningMode) {
+  std::vector<std::string> above_log, below_log;
+  auto cloner = std::make_shared<CloneEverythingMode>();
+  {
+    DispatchModeGuard bottom(std::make_shared<OnlyMode>("clone", &below_log));
+    DispatchModeGuard middle(cloner);
+    DispatchModeGuard top(std::make_shared<OnlyMode>("clone", &above_log));
+    neg(f32({1, 2}));
+  }
+  EXPECT_EQ(cloner->seen, 1);
+  EXPECT_TRUE(above_log.empty()) << "the top mode declined neg and is above the cloner";
+  EXPECT_EQ(below_log, (std::vector<std::string>{"clone"}));
 }
 
 // Answers every call itself: the kernel never runs.
