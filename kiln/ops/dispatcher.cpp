@@ -24,11 +24,18 @@ void check_stale_view(const Op& op, const Tensor& t, size_t i, const Loc& loc) {
        i, t.describe(), s.last_writer_op(), format_location(s.last_writer_loc()));
 }
 
+thread_local int mixed_meta_depth = 0;  // Note [tracing stand-ins]
+
+bool devices_mix(const Tensor& a, const Tensor& b) {
+  if (a.device() == b.device()) return false;
+  return !(mixed_meta_depth > 0 && (a.is_meta() || b.is_meta()));
+}
+
 void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& loc) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       fail(op.name(), loc, "expected a defined tensor as input {}, but got an undefined one", i);
-    if (i > 0 && inputs[i].device() != inputs[0].device())
+    if (i > 0 && devices_mix(inputs[i], inputs[0]))
       fail(op.name(), loc,
            "expected all tensors on the same device, but got input 0 {} and input {} {}",
            inputs[0].describe(), i, inputs[i].describe());
@@ -57,6 +64,13 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
   for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
   return detail::run_dispatch_modes(OpCall{op, inputs, metas, loc});
+}
+
+detail::MixedMetaScope::MixedMetaScope() {
+  ++mixed_meta_depth;
+}
+detail::MixedMetaScope::~MixedMetaScope() {
+  --mixed_meta_depth;
 }
 
 Tensor dispatch1(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {

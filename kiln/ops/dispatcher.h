@@ -24,6 +24,20 @@ bool should_record(const Op& op, const std::vector<Tensor>& inputs);
 // outside a kernel this is a location in the dispatcher.
 const Loc& kernel_call_site();
 
+namespace detail {
+// Note [tracing stand-ins]: while a tracer records this thread's ops (kiln/graph/tracer.h), the
+// user's code mixes meta tensors (the trace's inputs and results) with real ones (parameters the
+// tracer has not replaced yet); the device check then accepts a meta tensor beside a cpu one,
+// and the tracer hands the kernel step only meta stand-ins. Scopes nest.
+class MixedMetaScope {
+ public:
+  MixedMetaScope();
+  ~MixedMetaScope();
+  MixedMetaScope(const MixedMetaScope&) = delete;
+  MixedMetaScope& operator=(const MixedMetaScope&) = delete;
+};
+}  // namespace detail
+
 // NaN/Inf check used by anomaly mode (forward here, backward in the engine).
 bool has_nonfinite(const Tensor& t);
 

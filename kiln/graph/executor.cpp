@@ -1,0 +1,90 @@
+#include "kiln/graph/executor.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+#include "kiln/core/allocator.h"
+#include "kiln/ops/dispatcher.h"
+
+namespace kiln::graph {
+
+std::vector<std::pair<std::string, int64_t>> bind_symbols(const Graph& g,
+                                                          const std::vector<Tensor>& inputs,
+                                                          const Loc& loc) {
+  const std::string what = "graph '" + g.name + "'";
+  if (inputs.size() != g.inputs.size())
+    fail(what, loc, "expected {} inputs, but got {}", g.inputs.size(), inputs.size());
+  std::vector<std::pair<std::string, int64_t>> symbols;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = g.value(g.inputs[i]);
+    const Tensor& t = inputs[i];
+    const std::string label =
+        v.name.empty() ? fmt::format("input {}", i) : fmt::format("input {} '{}'", i, v.name);
+    const std::string expected = fmt::format("{}{}", dtype_name(v.dtype), format_shape(v.shape));
+    if (!t.defined()) fail(what, loc, "{} is undefined; expected {}", label, expected);
+    if (t.dtype() != v.dtype || t.dim() != static_cast<int64_t>(v.shape.size()))
+      fail(what, loc, "{} expected {}, but got {}", label, expected, t.describe());
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      const Dim& dim = v.shape[d];
+      const int64_t size = t.shape()[d];
+      if (!dim.is_symbolic()) {
+        if (size != dim.size)
+          fail(what, loc, "{} expected {}, but got {} (dim {} must be {})", label, expected,
+               t.describe(), d, dim.size);
+        continue;
+      }
+      auto it = std::find_if(symbols.begin(), symbols.end(),
+                             [&](const auto& s) { return s.first == dim.symbol; });
+      if (it == symbols.end())
+        symbols.emplace_back(dim.symbol, size);
+      else if (it->second != size)
+        fail(what, loc, "{} has {} = {} (dim {}), but an earlier input has {} = {}; got {}", label,
+             dim.symbol, size, d, dim.symbol, it->second, t.describe());
+    }
+  }
+  return symbols;
+}
+
+namespace {
+
+// Adds the graph and the node to an error a node raised at run time.
+[[noreturn]] void rethrow_in_node(const Graph& g, size_t index, const Node& node, const Error& e) {
+  std::string where = fmt::format(" (in graph '{}', node {} '{}'", g.name, index, node.op->name());
+  if (node.where.known()) where += ", traced at " + node.where.format();
+  where += ")";
+  if (dynamic_cast<const OutOfMemoryError*>(&e)) throw;
+  throw Error(std::string(e.what()) + where);
+}
+
+}  // namespace
+
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc) {
+  bind_symbols(g, inputs, loc);
+  std::vector<Tensor> env(g.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs[i])] = inputs[i];
+  for (const Capture& c : g.captures) env[static_cast<size_t>(c.value)] = c.tensor;
+  std::vector<Tensor> args;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    args.clear();
+    for (int id : node.inputs) args.push_back(env[static_cast<size_t>(id)]);
+    std::vector<Tensor> outs;
+    try {
+      outs = dispatch(node.op, args, node.loc ? *node.loc : loc);
+    } catch (const Error& e) {
+      rethrow_in_node(g, n, node, e);
+    }
+    if (outs.size() != node.outputs.size())
+      throw InternalError(fmt::format(
+          "kiln internal error: graph '{}' node {} '{}' returned {} outputs, the graph has {}",
+          g.name, n, node.op->name(), outs.size(), node.outputs.size()));
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (node.outputs[i] != kNoValue) env[static_cast<size_t>(node.outputs[i])] = outs[i];
+  }
+  std::vector<Tensor> result;
+  result.reserve(g.outputs.size());
+  for (int id : g.outputs) result.push_back(env[static_cast<size_t>(id)]);
+  return result;
+}
+
+}  // namespace kiln::graph

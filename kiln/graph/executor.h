@@ -1,0 +1,27 @@
+#pragma once
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+// Note [graph executor]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Runs a graph on real tensors: binds the inputs (checked against the input values' dtypes and
+// shapes; a symbolic dim takes the call's size, the same for every use of its symbol) and the
+// captures, then dispatches each node's op in order (dispatcher.h), so infer re-runs for the
+// call's sizes, memory comes from the caching allocator and the modes on the stack see the
+// calls as they see eager ones: the tape records only when an input requires grad (gradients
+// through a graph are the ops' own vjps, as in eager), a tracer pushed around the call inlines
+// the graph into its own. The graph is only read, so one graph may run on several threads at once.
+// An error a node raises names the graph and the node's source line.
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
+                        const Loc& loc = Loc::current());
+
+// Checks that `inputs` fit the graph's inputs (count, dtype, rank, static dims, consistent
+// symbols) and returns each symbol's size in this call, by symbol.
+std::vector<std::pair<std::string, int64_t>> bind_symbols(const Graph& g,
+                                                          const std::vector<Tensor>& inputs,
+                                                          const Loc& loc);
+
+}  // namespace kiln::graph

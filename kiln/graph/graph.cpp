@@ -1,0 +1,142 @@
+#include "kiln/graph/graph.h"
+
+#include <fmt/format.h>
+
+#include "kiln/ops/op_factory.h"
+
+namespace kiln::graph {
+
+SymShape static_shape(const Shape& shape) {
+  SymShape out;
+  out.reserve(shape.size());
+  for (int64_t s : shape) out.push_back({s, ""});
+  return out;
+}
+
+std::string format_shape(const SymShape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += shape[i].is_symbolic() ? shape[i].symbol : std::to_string(shape[i].size);
+  }
+  return out + "]";
+}
+
+std::string SourceLine::format() const {
+  if (!known()) return "?";
+  const size_t slash = file.find_last_of('/');
+  return fmt::format("{}:{}", slash == std::string::npos ? file : file.substr(slash + 1), line);
+}
+
+int Graph::add_value(DType dtype, SymShape shape, std::string value_name) {
+  const int id = static_cast<int>(values.size());
+  values.push_back({id, dtype, std::move(shape), std::move(value_name)});
+  return id;
+}
+
+const Value& Graph::value(int id) const {
+  KILN_INTERNAL_ASSERT(id >= 0 && static_cast<size_t>(id) < values.size(),
+                       fmt::format("graph '{}' has no value %{}", name, id));
+  return values[static_cast<size_t>(id)];
+}
+
+void Graph::validate(bool loaded) const {
+  auto bad = [&](const std::string& what) {
+    const std::string msg = fmt::format("[graph] '{}' is malformed: {}", name, what);
+    if (loaded) throw Error(msg);
+    throw InternalError("kiln internal error: " + msg);
+  };
+  std::vector<int> defined(values.size(), 0);  // 0: not yet, 1: defined
+  auto in_range = [&](int id) { return id >= 0 && static_cast<size_t>(id) < values.size(); };
+  auto define = [&](int id, const std::string& by) {
+    if (!in_range(id)) bad(fmt::format("{} defines %{}, which is not a value", by, id));
+    if (defined[static_cast<size_t>(id)]) bad(fmt::format("{} defines %{} a second time", by, id));
+    defined[static_cast<size_t>(id)] = 1;
+  };
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].id != static_cast<int>(i))
+      bad(fmt::format("value {} is numbered %{}", i, values[i].id));
+  for (int id : inputs) define(id, "an input");
+  for (const Capture& c : captures) {
+    define(c.value, "a capture");
+    if (!c.tensor.defined()) bad(fmt::format("capture %{} has no tensor", c.value));
+  }
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const Node& node = nodes[n];
+    if (!node.op) bad(fmt::format("node {} has no op", n));
+    const std::string what = fmt::format("node {} ({})", n, node.op->name());
+    if (const OpDefinition* def = find_op_definition(node.op->name())) {
+      if (!def->schema.accepts_inputs(node.inputs.size()))
+        bad(fmt::format("{} has {} inputs, but the op takes {}", what, node.inputs.size(),
+                        def->schema.describe()));
+    }
+    for (int id : node.inputs) {
+      if (!in_range(id)) bad(fmt::format("{} reads %{}, which is not a value", what, id));
+      if (!defined[static_cast<size_t>(id)])
+        bad(fmt::format("{} reads %{} before it is defined", what, id));
+    }
+    for (int id : node.outputs)
+      if (id != kNoValue) define(id, what);
+  }
+  for (int id : outputs)
+    if (!in_range(id) || !defined[static_cast<size_t>(id)])
+      bad(fmt::format("output %{} is not defined", id));
+}
+
+std::string format_attrs(const nlohmann::json& attrs) {
+  if (!attrs.is_object() || attrs.empty()) return "";
+  std::string out = "{";
+  bool first = true;
+  for (auto it = attrs.begin(); it != attrs.end(); ++it) {
+    if (!first) out += ", ";
+    first = false;
+    const nlohmann::json& v = it.value();
+    out += it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out + "}";
+}
+
+namespace {
+std::string typed(const Value& v) {
+  return fmt::format("{}{}", dtype_name(v.dtype), format_shape(v.shape));
+}
+std::string ref(int id) {
+  return "%" + std::to_string(id);
+}
+}  // namespace
+
+std::string to_text(const Graph& g) {
+  std::string out = "graph " + g.name + "(";
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Value& v = g.value(g.inputs[i]);
+    out += fmt::format("{}{}{}: {}", i ? ", " : "", ref(v.id), v.name.empty() ? "" : " " + v.name,
+                       typed(v));
+  }
+  out += ") {\n";
+  for (const Capture& c : g.captures) {
+    const Value& v = g.value(c.value);
+    out += fmt::format("  capture {}{}: {}\n", ref(v.id), v.name.empty() ? "" : " " + v.name,
+                       typed(v));
+  }
+  for (const Node& n : g.nodes) {
+    std::string lhs, types;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const bool none = n.outputs[i] == kNoValue;
+      lhs += (i ? ", " : "") + (none ? std::string("_") : ref(n.outputs[i]));
+      types += (i ? ", " : "") + (none ? std::string("none") : typed(g.value(n.outputs[i])));
+    }
+    std::string args;
+    for (size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", " : "") + ref(n.inputs[i]);
+    const std::string attrs = format_attrs(n.op->attrs());
+    out += fmt::format("  {}{}{}({}){} : {}", lhs, lhs.empty() ? "" : " = ", n.op->name(), args,
+                       attrs.empty() ? "" : " " + attrs, types);
+    if (n.where.known()) out += "  # " + n.where.format();
+    out += "\n";
+  }
+  std::string rets;
+  for (size_t i = 0; i < g.outputs.size(); ++i) rets += (i ? ", " : "") + ref(g.outputs[i]);
+  out += "  return " + rets + "\n}\n";
+  return out;
+}
+
+}  // namespace kiln::graph

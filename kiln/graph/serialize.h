@@ -1,0 +1,25 @@
+#pragma once
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+// Note [graph JSON]
+// ~~~~~~~~~~~~~~~~~
+// A graph as a versioned JSON document: {"format": "kiln.graph", "version": 1, "name", "values"
+// (dtype, shape, name), "inputs", "captures" (value and name), "outputs", "nodes" (op, attrs,
+// inputs, outputs, file, line, function)}. A dim is a number or {"symbol": "batch", "traced": 7}.
+// Captured tensors are referenced, not stored: the document says which values are captures and
+// what they look like, and the loader binds the caller's tensors to them in order (a saved-model
+// bundle stores the tensors beside the graph, as safetensors). Loading validates everything
+// (format, version, every op through its factory, value references, the capture tensors'
+// dtypes and shapes): a bad document is a kiln::Error naming what is wrong, never a crash.
+// to_json(from_json(d)) == d for every document to_json wrote.
+constexpr int kGraphFormatVersion = 1;
+
+nlohmann::json to_json(const Graph& g);
+Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures);
+
+}  // namespace kiln::graph

@@ -1,0 +1,177 @@
+#include "kiln/graph/tracer.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "kiln/ops/op_factory.h"
+
+namespace kiln::graph {
+
+namespace {
+
+SourceLine source_line(const Loc& loc) {
+  return {loc.file_name(), loc.line(), loc.function_name()};
+}
+
+}  // namespace
+
+struct Tracer::State {
+  Graph graph;
+  // Which value each tensor the trace has seen holds, by TensorImpl: graph inputs, captures
+  // (their real tensor and their meta stand-in) and node outputs.
+  std::unordered_map<const TensorImpl*, int> value_of;
+  // The meta tensor the ops see for each value.
+  std::vector<Tensor> stand_in;
+  // Every tensor whose TensorImpl is a key above, kept alive so that an address is never reused
+  // for another tensor during the trace.
+  std::vector<Tensor> keep;
+
+  int bind(const Tensor& t, int value, const Tensor& meta) {
+    value_of[t.impl()] = value;
+    value_of[meta.impl()] = value;
+    if (stand_in.size() <= static_cast<size_t>(value)) stand_in.resize(value + 1);
+    stand_in[static_cast<size_t>(value)] = meta;
+    keep.push_back(t);
+    keep.push_back(meta);
+    return value;
+  }
+
+  int value_for_input(const Tensor& t, const OpCall& call) {
+    if (auto it = value_of.find(t.impl()); it != value_of.end()) return it->second;
+    if (t.is_meta())
+      fail("trace", call.loc,
+           "'{}': {} reads {}, a meta tensor that is neither an input of the traced function nor "
+           "made inside it by an op (a tensor made without one, such as detach()'s, cannot be "
+           "traced yet)",
+           graph.name, call.op->name(), t.describe());
+    // A real tensor read for the first time: captured by identity.
+    const int id = graph.add_value(t.dtype(), static_shape(t.shape()));
+    graph.captures.push_back({id, t});
+    Tensor meta = t.to(kMeta);
+    if (t.requires_grad()) meta.set_requires_grad(true);
+    return bind(t, id, meta);
+  }
+};
+
+namespace {
+
+class TraceMode final : public DispatchMode {
+ public:
+  explicit TraceMode(Tracer::State* state) : state_(state) {}
+  const char* name() const override { return "tracer"; }
+  std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
+    Tracer::State& st = *state_;
+    Node node;
+    node.op = rebuilt(call);
+    node.where = source_line(call.loc);
+    node.loc = call.loc;
+    std::vector<Tensor> inputs;
+    inputs.reserve(call.inputs.size());
+    for (const Tensor& t : call.inputs) {
+      const int id = st.value_for_input(t, call);
+      node.inputs.push_back(id);
+      inputs.push_back(st.stand_in[static_cast<size_t>(id)]);
+    }
+    std::vector<TensorMeta> metas = call.metas;
+    for (TensorMeta& m : metas) m.device = kMeta;
+    std::vector<Tensor> outputs = next(OpCall{call.op, inputs, metas, call.loc});
+    for (const Tensor& out : outputs) {
+      if (!out.defined()) {
+        node.outputs.push_back(kNoValue);
+        continue;
+      }
+      const int id = st.graph.add_value(out.dtype(), static_shape(out.shape()));
+      node.outputs.push_back(id);
+      st.bind(out, id, out);
+    }
+    st.graph.nodes.push_back(std::move(node));
+    return outputs;
+  }
+
+ private:
+  // The node's op is the one its (name, attrs) rebuild (Note [tracer]).
+  static OpPtr rebuilt(const OpCall& call) {
+    if (!find_op_definition(call.op->name()))
+      fail("trace", call.loc,
+           "op '{}' has no factory (Note [op factory]), so it cannot be recorded in a graph",
+           call.op->name());
+    nlohmann::json attrs = call.op->attrs();
+    // A factory called with an input's device (zeros(shape, {.device = x.device()})) says meta
+    // while tracing, because the stand-ins are meta; the graph runs on cpu.
+    if (auto it = attrs.find("device"); it != attrs.end() && *it == kMeta.name()) *it = kCPU.name();
+    return make_op(call.op->name(), attrs);
+  }
+  Tracer::State* state_;
+};
+
+}  // namespace
+
+Tracer::Tracer(std::string name) : state_(std::make_shared<State>()) {
+  state_->graph.name = std::move(name);
+}
+
+Tracer::~Tracer() = default;
+
+Tensor Tracer::add_input(const TensorSpec& spec, int64_t probe) {
+  Shape shape;
+  for (const Dim& d : spec.shape) shape.push_back(d.is_symbolic() ? probe : d.size);
+  SymShape sym = spec.shape;
+  for (Dim& d : sym)
+    if (d.is_symbolic()) d.size = probe;
+  const int id = state_->graph.add_value(spec.dtype, std::move(sym), spec.name);
+  state_->graph.inputs.push_back(id);
+  Tensor meta = empty(shape, {spec.dtype, kMeta});
+  state_->bind(meta, id, meta);
+  return meta;
+}
+
+Tensor Tracer::add_input(const Tensor& example, std::string name) {
+  const int id =
+      state_->graph.add_value(example.dtype(), static_shape(example.shape()), std::move(name));
+  state_->graph.inputs.push_back(id);
+  Tensor meta = example.to(kMeta);
+  if (example.requires_grad()) meta.set_requires_grad(true);
+  state_->bind(meta, id, meta);
+  return meta;
+}
+
+void Tracer::start() {
+  KILN_INTERNAL_ASSERT(!guard_, "Tracer::start called twice");
+  guard_ = std::make_unique<DispatchModeGuard>(std::make_shared<TraceMode>(state_.get()));
+  mixed_ = std::make_unique<detail::MixedMetaScope>();
+}
+
+void Tracer::stop() {
+  mixed_.reset();
+  guard_.reset();
+}
+
+Graph Tracer::finish(const std::vector<Tensor>& outputs, const Loc& loc) {
+  stop();
+  State& st = *state_;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i];
+    if (!t.defined())
+      fail("trace", loc, "'{}' returned an undefined tensor as output {}", st.graph.name, i);
+    auto it = st.value_of.find(t.impl());
+    if (it == st.value_of.end()) {
+      if (t.is_meta())
+        fail("trace", loc, "'{}' returned {} as output {}, a meta tensor the trace did not make",
+             st.graph.name, t.describe(), i);
+      // A real tensor returned without an op reading it: a capture too.
+      const int id = st.graph.add_value(t.dtype(), static_shape(t.shape()));
+      st.graph.captures.push_back({id, t});
+      st.bind(t, id, t.to(kMeta));
+      st.graph.outputs.push_back(id);
+      continue;
+    }
+    st.graph.outputs.push_back(it->second);
+  }
+  st.graph.validate();
+  Graph g = std::move(st.graph);
+  state_ = std::make_shared<State>();
+  return g;
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,60 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/graph/tensor_spec.h"
+#include "kiln/ops/dispatch_mode.h"
+#include "kiln/ops/dispatcher.h"
+
+namespace kiln::graph {
+
+// Note [tracer]
+// ~~~~~~~~~~~~~
+// The tracer is one more dispatch mode (Note [dispatch modes]): pushed on this thread while the
+// user's code runs, it sees every op call after infer and turns it into a node. It runs on meta
+// tensors, so a trace does no arithmetic:
+//   - a graph input is a meta tensor made from its spec;
+//   - a real tensor the code reads without making it (a parameter, a buffer, a constant) becomes
+//     a capture, held by identity, and the op sees a meta stand-in with its geometry;
+//   - the call goes on to the modes below and the kernel step with every input replaced by its
+//     meta stand-in and every output on meta, so the outputs the user's code gets are meta
+//     tensors with eager's geometry (Note [faithful meta]) and the tape below records them as it
+//     would eager ones (a backward() inside the traced code is traced too: the engine dispatches
+//     the vjps' ops);
+//   - each node holds an op rebuilt from (name, attrs) through the op factory, so a traced graph
+//     is exactly what its JSON holds; an op without a factory cannot be traced, and says so.
+// An output that is a written input (an in-place op) is a new value for the same memory: later
+// reads of the tensor read the new value. Ops inside a composite op are not seen (Note
+// [composite ops]): the composite is one node.
+class Tracer {
+ public:
+  explicit Tracer(std::string name);
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // A meta tensor standing for a graph input; symbolic dims take their size from `probe` (the
+  // size they are traced at).
+  Tensor add_input(const TensorSpec& spec, int64_t probe);
+  // A graph input shaped like `example` (static dims, the example's strides and offset, so the
+  // trace sees the layout the call will have).
+  Tensor add_input(const Tensor& example, std::string name = "");
+  // Starts recording this thread's ops (pushes the mode); stop() ends it. Inputs may be added
+  // before or while recording.
+  void start();
+  void stop();
+  // Ends the trace: `outputs` are the tensors the code returned (each one an input, a capture or
+  // a node's output). Validates the graph.
+  Graph finish(const std::vector<Tensor>& outputs, const Loc& loc = Loc::current());
+
+  struct State;  // the trace so far, shared with the mode (tracer.cpp)
+
+ private:
+  std::shared_ptr<State> state_;
+  std::unique_ptr<DispatchModeGuard> guard_;
+  std::unique_ptr<detail::MixedMetaScope> mixed_;
+};
+
+}  // namespace kiln::graph
