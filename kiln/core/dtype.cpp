@@ -23,6 +23,12 @@ size_t itemsize(DType dt) {
   return 0;
 }
 
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (DType dt : kAllDTypes)
+    if (name == dtype_name(dt)) return dt;
+  return std::nullopt;
+}
+
 const char* dtype_name(DType dt) {
   switch (dt) {
     case DType::Bool:

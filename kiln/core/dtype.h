@@ -1,7 +1,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "kiln/core/half.h"
@@ -17,6 +19,8 @@ inline constexpr DType kAllDTypes[] = {DType::Bool,     DType::UInt8,   DType::I
 
 size_t itemsize(DType dt);
 const char* dtype_name(DType dt);
+// The dtype dtype_name() calls `name` ("float32"); nullopt for any other text.
+std::optional<DType> dtype_from_name(std::string_view name);
 bool is_floating(DType dt);
 bool is_integral(DType dt, bool include_bool = false);
 // PyTorch's promotion of two dtypes of the same priority (see ops/type_promotion.h for the full

@@ -44,7 +44,7 @@ constexpr DTypeName kDTypeNames[] = {
     {DType::BFloat16, "BF16"}, {DType::Int64, "I64"},   {DType::Int32, "I32"},
     {DType::Int8, "I8"},       {DType::UInt8, "U8"},    {DType::Bool, "BOOL"}};
 
-std::optional<DType> dtype_from_name(std::string_view name) {
+std::optional<DType> safetensors_dtype_from_name(std::string_view name) {
   for (const DTypeName& d : kDTypeNames)
     if (name == d.name) return d.dtype;
   return std::nullopt;
@@ -198,7 +198,7 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_star
   const Json& dt = value["dtype"];
   if (!dt.is_string())
     err("tensor {}: expected \"dtype\" to be a string, but got {}", show(name), dt.dump());
-  std::optional<DType> dtype = dtype_from_name(dt.get<std::string>());
+  std::optional<DType> dtype = safetensors_dtype_from_name(dt.get<std::string>());
   if (!dtype)
     err("tensor {}: unknown dtype {} (kiln reads F64, F32, F16, BF16, I64, I32, I8, U8, BOOL)",
         show(name), show(dt.get<std::string>()));

@@ -117,8 +117,7 @@ std::optional<double> Attrs::opt_f(const char* key) const {
 
 DType Attrs::dtype(const char* key) const {
   const std::string name = s(key);
-  for (DType dt : kAllDTypes)
-    if (name == dtype_name(dt)) return dt;
+  if (std::optional<DType> dt = dtype_from_name(name)) return *dt;
   fail(key, fmt::format("names no dtype: \"{}\"", name));
 }
 
