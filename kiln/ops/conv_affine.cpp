@@ -96,13 +96,14 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
   // the fused op's checks and errors
   Conv2dAffineOp(options, policy.purpose, relu_after).infer(in, loc);
   // Note [conv2d_affine emits]: the fused op only where oneDNN fuses the epilogue into the
-  // kernel; elsewhere (a gradient being recorded, dtypes other than float32, meta) the
-  // composition is as fast and exact. The grad-mode test here (in resolve_conv_policy) chooses
-  // which ops are emitted, each with a fixed meaning (the fused op is not differentiable, the
-  // composition is), never what an emitted op computes, so a recorded op stream replays the same
-  // in every mode.
+  // kernel; elsewhere (a gradient being recorded, dtypes other than float32) the composition is
+  // as fast and exact. The choice reads only dtypes, layouts and the geometry, so meta inputs
+  // emit what real ones would: a trace records the ops eager runs. The grad-mode test here (in
+  // resolve_conv_policy) chooses which ops are emitted, each with a fixed meaning (the fused op is
+  // not differentiable, the composition is), never what an emitted op computes, so a recorded op
+  // stream replays the same in every mode.
   bool fuses = false;
-  if (policy.inference() && !input.is_meta()) {
+  if (policy.inference()) {
     const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);
     const detail::ConvEpilogue e =
         detail::fusable_epilogue(g, policy, input, {scale, shift, residual, relu_after});
