@@ -18,6 +18,8 @@
 #include "kiln/data/pipeline.h"
 #include "kiln/data/subset.h"
 #include "kiln/data/transforms.h"
+#include "kiln/graph/function.h"
+#include "kiln/graph/serialize.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/crc32.h"
 #include "kiln/io/dir_transaction.h"

@@ -54,8 +54,7 @@ std::vector<int> ids(const nlohmann::json& v, const std::string& where) {
 
 DType parse_dtype(const nlohmann::json& v, const std::string& where) {
   const std::string name = text(v, where);
-  for (DType dt : kAllDTypes)
-    if (name == dtype_name(dt)) return dt;
+  if (std::optional<DType> dt = dtype_from_name(name)) return *dt;
   bad(fmt::format("{} names no dtype: \"{}\"", where, name));
 }
 

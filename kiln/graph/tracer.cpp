@@ -42,8 +42,7 @@ struct Tracer::State {
     if (t.is_meta())
       fail("trace", call.loc,
            "'{}': {} reads {}, a meta tensor that is neither an input of the traced function nor "
-           "made inside it by an op (a tensor made without one, such as detach()'s, cannot be "
-           "traced yet)",
+           "made inside it by an op",
            graph.name, call.op->name(), t.describe());
     // A real tensor read for the first time: captured by identity.
     const int id = graph.add_value(t.dtype(), static_shape(t.shape()));
@@ -114,11 +113,17 @@ Tracer::Tracer(std::string name) : state_(std::make_shared<State>()) {
 Tracer::~Tracer() = default;
 
 Tensor Tracer::add_input(const TensorSpec& spec, int64_t probe) {
+  return add_input(spec, [probe](const std::string&) { return probe; });
+}
+
+Tensor Tracer::add_input(const TensorSpec& spec,
+                         const std::function<int64_t(const std::string&)>& size_of) {
   Shape shape;
-  for (const Dim& d : spec.shape) shape.push_back(d.is_symbolic() ? probe : d.size);
   SymShape sym = spec.shape;
-  for (Dim& d : sym)
-    if (d.is_symbolic()) d.size = probe;
+  for (Dim& d : sym) {
+    if (d.is_symbolic()) d.size = size_of(d.symbol);
+    shape.push_back(d.size);
+  }
   const int id = state_->graph.add_value(spec.dtype, std::move(sym), spec.name);
   state_->graph.inputs.push_back(id);
   Tensor meta = empty(shape, {spec.dtype, kMeta});

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ class Tracer {
   // A meta tensor standing for a graph input; symbolic dims take their size from `probe` (the
   // size they are traced at).
   Tensor add_input(const TensorSpec& spec, int64_t probe);
+  // The same, with each symbol's size from `size_of(symbol)`.
+  Tensor add_input(const TensorSpec& spec,
+                   const std::function<int64_t(const std::string&)>& size_of);
   // A graph input shaped like `example` (static dims, the example's strides and offset, so the
   // trace sees the layout the call will have).
   Tensor add_input(const Tensor& example, std::string name = "");

@@ -16,7 +16,8 @@ namespace {
 void check_stale_view(const Op& op, const Tensor& t, size_t i, const Loc& loc) {
   const TensorImpl& impl = *t.impl();
   if (!impl.is_view_ || impl.view_history_version_ == t.storage()->history_version()) return;
-  if (!t.requires_grad() || !GradMode::is_enabled()) return;
+  // Only a gradient could be wrong: an op without one (detach, a comparison) may read the view.
+  if (!t.requires_grad() || !GradMode::is_enabled() || !op.differentiable()) return;
   const Storage& s = *t.storage();
   fail(op.name(), loc,
        "input {} ({}) is a view whose base was modified in place by '{}' at {} after the view "

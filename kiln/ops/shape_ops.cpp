@@ -271,18 +271,131 @@ class ExpandOp final : public ViewOp {
   Shape shape_;
 };
 
-// One op class, four names: the name says which function the caller used (errors, traces).
+// Note [size-free shape attrs]: squeeze, unsqueeze and flatten say *which dims* they change,
+// not the shape they produce, and infer computes the shape from the input. A graph traced with a
+// symbolic batch (Note [symbolic dims] in kiln/graph/symbolic.h) then serves every batch size;
+// an attr holding the output shape would hold the traced size (reshape and view keep theirs,
+// where -1 stands for the size that varies).
+class ShapeRuleOp : public ViewOp {
+ public:
+  virtual Shape target(const Tensor& x, const Loc& loc) const = 0;
+  Geometry geometry(const Tensor& x, const Loc& loc) const override {
+    Shape shape = target(x, loc);
+    auto strides = view_strides(x.shape(), x.strides(), shape);
+    if (!strides)
+      fail(name(), loc, "expected an input whose strides allow a view, but got {} with strides {}",
+           x.describe(), shape_str(x.strides()));
+    return {shape, *strides, x.storage_offset()};
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    return {reshape(ctx.grads[0], ctx.input_metas[0].shape)};
+  }
+};
+
+class SqueezeOp final : public ShapeRuleOp {
+ public:
+  explicit SqueezeOp(std::optional<int64_t> dim) : dim_(dim) {}
+  const char* name() const override { return "squeeze"; }
+  nlohmann::json attrs() const override { return {{"dim", attr_optional(dim_)}}; }
+  Shape target(const Tensor& x, const Loc& loc) const override {
+    Shape shape;
+    if (dim_) {
+      const int64_t d = wrap_dim(*dim_, x.dim(), "squeeze", loc);
+      shape = x.shape();
+      if (x.dim() > 0 && shape[d] == 1) shape.erase(shape.begin() + d);
+    } else {
+      for (int64_t s : x.shape())
+        if (s != 1) shape.push_back(s);
+    }
+    return shape;
+  }
+
+ private:
+  std::optional<int64_t> dim_;
+};
+
+class UnsqueezeOp final : public ShapeRuleOp {
+ public:
+  explicit UnsqueezeOp(int64_t dim) : dim_(dim) {}
+  const char* name() const override { return "unsqueeze"; }
+  nlohmann::json attrs() const override { return {{"dim", dim_}}; }
+  Shape target(const Tensor& x, const Loc& loc) const override {
+    Shape shape = x.shape();
+    shape.insert(shape.begin() + wrap_dim(dim_, x.dim() + 1, "unsqueeze", loc), 1);
+    return shape;
+  }
+
+ private:
+  int64_t dim_;
+};
+
+class FlattenOp final : public ShapeRuleOp {
+ public:
+  FlattenOp(int64_t start, int64_t end) : start_(start), end_(end) {}
+  const char* name() const override { return "flatten"; }
+  nlohmann::json attrs() const override { return {{"start", start_}, {"end", end_}}; }
+  Shape target(const Tensor& x, const Loc& loc) const override {
+    if (x.dim() == 0) return {1};
+    const int64_t s = wrap_dim(start_, x.dim(), "flatten", loc);
+    const int64_t e = wrap_dim(end_, x.dim(), "flatten", loc);
+    if (s > e) fail("flatten", loc, "expected start dim <= end dim, but got {} > {}", s, e);
+    Shape shape(x.shape().begin(), x.shape().begin() + s);
+    int64_t n = 1;
+    for (int64_t d = s; d <= e; ++d) n *= x.shape()[d];
+    shape.push_back(n);
+    shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
+    return shape;
+  }
+
+ private:
+  int64_t start_, end_;
+};
+
+// Note [detach]: an alias of x (same storage and geometry) without x's history. It is an op so that
+// every mode sees it: a tracer records where the alias comes from, and the tape never records it
+// (not differentiable), which is what cuts the history. The alias is a view only if x is one.
+class DetachOp final : public Op {
+ public:
+  const char* name() const override { return "detach"; }
+  std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
+    TensorMeta m{in[0].shape(), in[0].dtype(), in[0].device()};
+    m.strides = in[0].strides();
+    m.storage_offset = in[0].storage_offset();
+    m.alias_of = 0;
+    return one_output(std::move(m));
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in,
+                              const std::vector<TensorMeta>&) const override {
+    const Tensor& x = in[0];
+    auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(),
+                                             x.storage_offset(), x.dtype());
+    impl->is_view_ = x.is_view();
+    impl->view_history_version_ = x.storage()->history_version();  // no history to go stale
+    return {Tensor(std::move(impl))};
+  }
+  bool differentiable() const override { return false; }
+  Saves saves() const override { return {false, false}; }
+  bool is_view() const override { return true; }
+};
+
+// One op class, two names: the name says which function the caller used (errors, traces).
 template <const char* kName>
 OpPtr make_reshape(const Attrs& a) {
   return std::make_shared<const ReshapeOp>(kName, a.ints("shape"));
 }
-constexpr char kReshape[] = "reshape", kView[] = "view", kSqueeze[] = "squeeze",
-               kUnsqueeze[] = "unsqueeze";
+constexpr char kReshape[] = "reshape", kView[] = "view";
 const OpSchema kViewSchema{{"x"}, {"y"}};
 KILN_REGISTER_OP(kReshape, kViewSchema, make_reshape<kReshape>);
 KILN_REGISTER_OP(kView, kViewSchema, make_reshape<kView>);
-KILN_REGISTER_OP(kSqueeze, kViewSchema, make_reshape<kSqueeze>);
-KILN_REGISTER_OP(kUnsqueeze, kViewSchema, make_reshape<kUnsqueeze>);
+KILN_REGISTER_OP("squeeze", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const SqueezeOp>(a.opt_i("dim"));
+});
+KILN_REGISTER_OP("unsqueeze", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const UnsqueezeOp>(a.i("dim"));
+});
+KILN_REGISTER_OP("flatten", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const FlattenOp>(a.i("start"), a.i("end"));
+});
 KILN_REGISTER_OP("permute", kViewSchema, [](const Attrs& a) -> OpPtr {
   return std::make_shared<const PermuteOp>(a.ints("dims"));
 });
@@ -297,6 +410,8 @@ KILN_REGISTER_OP("slice_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
 KILN_REGISTER_OP("expand", kViewSchema, [](const Attrs& a) -> OpPtr {
   return std::make_shared<const ExpandOp>(a.ints("shape"));
 });
+KILN_REGISTER_OP("detach", kViewSchema,
+                 [](const Attrs&) -> OpPtr { return std::make_shared<const DetachOp>(); });
 
 }  // namespace
 
@@ -386,44 +501,23 @@ Tensor broadcast_to(const Tensor& x, Shape shape, const Loc& loc) {
 }
 
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim, const Loc& loc) {
-  Shape shape;
-  if (dim) {
-    int64_t d = wrap_dim(*dim, x.dim(), "squeeze", loc);
-    shape = x.shape();
-    if (x.dim() > 0 && shape[d] == 1) shape.erase(shape.begin() + d);
-  } else {
-    for (int64_t s : x.shape())
-      if (s != 1) shape.push_back(s);
-  }
-  return call_op<ReshapeOp>({x}, loc, "squeeze", std::move(shape));
+  return call_op<SqueezeOp>({x}, loc, dim);
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim, const Loc& loc) {
-  int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze", loc);
-  Shape shape = x.shape();
-  shape.insert(shape.begin() + d, 1);
-  return call_op<ReshapeOp>({x}, loc, "unsqueeze", std::move(shape));
+  return call_op<UnsqueezeOp>({x}, loc, dim);
 }
 
+// A view where the strides allow one, else a view of a contiguous copy (as reshape).
 Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
-  if (x.dim() == 0) return reshape(x, {1}, loc);
-  int64_t s = wrap_dim(start, x.dim(), "flatten", loc);
-  int64_t e = wrap_dim(end, x.dim(), "flatten", loc);
-  if (s > e) fail("flatten", loc, "expected start dim <= end dim, but got {} > {}", s, e);
-  Shape shape(x.shape().begin(), x.shape().begin() + s);
-  int64_t n = 1;
-  for (int64_t d = s; d <= e; ++d) n *= x.shape()[d];
-  shape.push_back(n);
-  shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
-  return reshape(x, std::move(shape), loc);
+  const FlattenOp op(start, end);
+  if (!view_strides(x.shape(), x.strides(), op.target(x, loc)))
+    return detail::release_view(call_op<FlattenOp>({contiguous(x, loc)}, loc, start, end));
+  return call_op<FlattenOp>({x}, loc, start, end);
 }
 
-Tensor detach(const Tensor& x) {
-  auto impl = std::make_shared<TensorImpl>(x.storage(), x.shape(), x.strides(), x.storage_offset(),
-                                           x.dtype());
-  impl->is_view_ = x.is_view();
-  impl->view_history_version_ = x.storage()->history_version();  // a detached alias has no history
-  return Tensor(std::move(impl));
+Tensor detach(const Tensor& x, const Loc& loc) {
+  return dispatch1(std::make_shared<const DetachOp>(), {x}, loc);
 }
 
 }  // namespace kiln

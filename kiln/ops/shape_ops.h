@@ -39,8 +39,8 @@ Tensor contiguous(const Tensor& x, const Loc& loc = Loc::current());
 Tensor contiguous(const Tensor& x, MemoryFormat format, const Loc& loc = Loc::current());
 // Converts the dtype (differentiable between floating types); returns x when already dtype.
 Tensor to_dtype(const Tensor& x, DType dtype, const Loc& loc = Loc::current());
-// Shares storage, cuts history.
-Tensor detach(const Tensor& x);
+// Shares storage, cuts history (an op: Note [detach]).
+Tensor detach(const Tensor& x, const Loc& loc = Loc::current());
 
 namespace detail {
 // Note [views of temporaries]: a view of a tensor that a function made and did not return (the

@@ -142,6 +142,43 @@ KILN_REGISTER_OP_SAMPLES("expand", [] {
   };
 });
 
+KILN_REGISTER_OP_SAMPLES("flatten", [] {
+  return std::vector<OpSample>{
+      {"from_dim_1",
+       {sample_tensor({2, 3, 4}, 45)},
+       one([](const Tensor& x) { return flatten(x, 1); }),
+       "a0.flatten(1)"},
+      {"middle",
+       {sample_tensor({2, 3, 4, 5}, 46)},
+       one([](const Tensor& x) { return flatten(x, 1, 2); }),
+       "a0.flatten(1, 2)"},
+      {"of_a_transpose_copies",
+       {sample_tensor({3, 4}, 47)},
+       one([](const Tensor& x) { return flatten(x.t()); }),
+       "a0.t().flatten()"},
+      {"zero_dim",
+       {sample_tensor({}, 48)},
+       one([](const Tensor& x) { return flatten(x); }),
+       "a0.flatten()"},
+  };
+});
+
+// Not differentiable (Note [detach]): the output requires no grad, so gradcheck has nothing to do.
+KILN_REGISTER_OP_SAMPLES("detach", [] {
+  std::vector<OpSample> s{
+      {"plain",
+       {sample_tensor({2, 3}, 43)},
+       one([](const Tensor& x) { return detach(x); }),
+       "a0.detach()"},
+      {"of_a_view",
+       {sample_tensor({3, 4}, 44)},
+       one([](const Tensor& x) { return detach(x.t()); }),
+       "a0.t().detach()"},
+  };
+  for (OpSample& sample : s) sample.check_grad = false;
+  return s;
+});
+
 }  // namespace
 
 }  // namespace kiln

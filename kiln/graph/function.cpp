@@ -1,0 +1,208 @@
+#include "kiln/graph/function.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <mutex>
+
+#include "kiln/core/grad_mode.h"
+#include "kiln/graph/executor.h"
+#include "kiln/graph/symbolic.h"
+#include "kiln/graph/tracer.h"
+
+namespace kiln::graph {
+
+namespace {
+
+// What a trace without a signature depends on (Note [function cache]).
+struct InputKey {
+  DType dtype;
+  Shape shape;
+  Strides strides;
+  bool requires_grad;
+  bool operator==(const InputKey&) const = default;
+};
+struct CallKey {
+  std::vector<InputKey> inputs;
+  bool grad_mode;
+  bool operator==(const CallKey&) const = default;
+};
+
+CallKey key_of(const std::vector<Tensor>& inputs, const std::string& name, const Loc& loc) {
+  CallKey key{{}, GradMode::is_enabled()};
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) fail("function '" + name + "'", loc, "input {} is undefined", i);
+    key.inputs.push_back({t.dtype(), t.shape(), t.strides(), t.requires_grad()});
+  }
+  return key;
+}
+
+// What differs between the key a trace was made for and this call's, in a few words.
+std::string difference(const CallKey& traced, const CallKey& now) {
+  if (traced.inputs.size() != now.inputs.size())
+    return fmt::format("the number of inputs changed {} -> {}", traced.inputs.size(),
+                       now.inputs.size());
+  for (size_t i = 0; i < now.inputs.size(); ++i) {
+    const InputKey &a = traced.inputs[i], &b = now.inputs[i];
+    if (a.dtype != b.dtype)
+      return fmt::format("input {} dtype changed {} -> {}", i, dtype_name(a.dtype),
+                         dtype_name(b.dtype));
+    if (a.shape.size() != b.shape.size())
+      return fmt::format("input {} rank changed {} -> {} (shape {} -> {})", i, a.shape.size(),
+                         b.shape.size(), shape_str(a.shape), shape_str(b.shape));
+    for (size_t d = 0; d < a.shape.size(); ++d)
+      if (a.shape[d] != b.shape[d])
+        return fmt::format("input {} dim {} changed {} -> {}", i, d, a.shape[d], b.shape[d]);
+    if (a.strides != b.strides)
+      return fmt::format("input {} strides changed {} -> {}", i, shape_str(a.strides),
+                         shape_str(b.strides));
+    if (a.requires_grad != b.requires_grad)
+      return fmt::format("input {} requires_grad changed {} -> {}", i, a.requires_grad,
+                         b.requires_grad);
+  }
+  return fmt::format("grad mode changed {} -> {}", traced.grad_mode ? "on" : "off",
+                     now.grad_mode ? "on" : "off");
+}
+
+// How many things differ: the nearest cached trace explains a retrace best.
+int distance(const CallKey& a, const CallKey& b) {
+  if (a.inputs.size() != b.inputs.size()) return 1 << 20;
+  int n = a.grad_mode != b.grad_mode;
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const InputKey &x = a.inputs[i], &y = b.inputs[i];
+    n += (x.dtype != y.dtype) + (x.shape != y.shape) + (x.strides != y.strides) +
+         (x.requires_grad != y.requires_grad);
+  }
+  return n;
+}
+
+struct Entry {
+  CallKey key;
+  std::shared_ptr<const Graph> graph;
+  std::string traced_at;  // "main.cpp:10"
+};
+
+std::string where(const Loc& loc) {
+  return SourceLine{loc.file_name(), loc.line(), loc.function_name()}.format();
+}
+
+}  // namespace
+
+struct Function::State {
+  Fn fn;
+  FunctionOptions options;
+  bool has_signature = false;
+  mutable std::mutex mutex;
+  std::vector<Entry> entries;
+  FunctionStats stats;
+
+  void report(const std::string& line) const {
+    if (options.on_retrace != RetracePolicy::kLog) return;
+    if (options.logger)
+      options.logger(line);
+    else
+      std::cerr << line << "\n";
+  }
+
+  // Traces for a call keyed `key`; the mutex is held.
+  std::shared_ptr<const Graph> retrace(const CallKey& key, const std::vector<Tensor>& inputs,
+                                       const Loc& loc) {
+    if (!entries.empty()) {
+      const Entry* nearest = &entries.back();
+      for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+        if (distance(it->key, key) < distance(nearest->key, key)) nearest = &*it;
+      const std::string reason = fmt::format("retracing '{}': {} (traced at {})", options.name,
+                                             difference(nearest->key, key), nearest->traced_at);
+      if (options.on_retrace == RetracePolicy::kError)
+        fail("function '" + options.name + "'", loc, "{}; retracing is an error for it", reason);
+      stats.retrace_reasons.push_back(reason);
+      if (static_cast<int>(stats.retrace_reasons.size()) > options.retrace_budget) {
+        std::string all;
+        for (const std::string& r : stats.retrace_reasons) all += "\n  " + r;
+        fail("function '" + options.name + "'", loc,
+             "retraced {} times, more than its budget of {} (FunctionOptions::retrace_budget); "
+             "give it a signature with symbolic dims (TensorSpec({{\"batch\", ...}})) so one "
+             "trace serves every size. The retraces:{}",
+             stats.retrace_reasons.size(), options.retrace_budget, all);
+      }
+      report(reason);
+    }
+    Tracer tracer(options.name);
+    std::vector<Tensor> stand_ins;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      stand_ins.push_back(tracer.add_input(inputs[i], fmt::format("input{}", i)));
+    tracer.start();
+    std::vector<Tensor> outputs = fn(stand_ins);
+    auto graph = std::make_shared<const Graph>(tracer.finish(outputs, loc));
+    entries.push_back({key, graph, where(loc)});
+    ++stats.traces;
+    return graph;
+  }
+};
+
+Function::Function(Fn fn, std::optional<std::vector<TensorSpec>> signature, FunctionOptions options,
+                   const Loc& loc)
+    : state_(std::make_shared<State>()) {
+  if (!fn) fail("function", loc, "expected a callable, but got an empty std::function");
+  if (options.retrace_budget < 0)
+    fail("function", loc, "expected retrace_budget >= 0, but got {}", options.retrace_budget);
+  state_->fn = std::move(fn);
+  state_->options = std::move(options);
+  if (signature) {
+    state_->has_signature = true;
+    auto graph = std::make_shared<const Graph>(
+        trace_symbolic(state_->options.name, state_->fn, *signature, loc));
+    state_->entries.push_back({CallKey{}, graph, where(loc)});
+    state_->stats.traces = 1;
+  }
+}
+
+std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, const Loc& loc) const {
+  State& st = *state_;
+  std::shared_ptr<const Graph> graph;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (st.has_signature) {
+      graph = st.entries.front().graph;
+      ++st.stats.hits;
+    } else {
+      const CallKey key = key_of(inputs, st.options.name, loc);
+      for (const Entry& e : st.entries)
+        if (e.key == key) {
+          graph = e.graph;
+          ++st.stats.hits;
+          break;
+        }
+      if (!graph) graph = st.retrace(key, inputs, loc);
+    }
+  }
+  return run(*graph, inputs, loc);
+}
+
+FunctionStats Function::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->stats;
+}
+
+std::vector<std::shared_ptr<const Graph>> Function::graphs() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<std::shared_ptr<const Graph>> out;
+  for (const Entry& e : state_->entries) out.push_back(e.graph);
+  return out;
+}
+
+const std::string& Function::name() const {
+  return state_->options.name;
+}
+
+Function function(Function::Fn fn, std::vector<TensorSpec> signature, FunctionOptions options,
+                  const Loc& loc) {
+  return Function(std::move(fn), std::move(signature), std::move(options), loc);
+}
+
+Function function(Function::Fn fn, FunctionOptions options, const Loc& loc) {
+  return Function(std::move(fn), std::nullopt, std::move(options), loc);
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,70 @@
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/graph/tensor_spec.h"
+
+namespace kiln::graph {
+
+// Note [function cache]
+// ~~~~~~~~~~~~~~~~~~~~~
+// kiln::graph::function(fn, ...) is tf.function for C++: calling it traces fn once per kind of
+// call (Note [tracer]) and runs the graph (Note [graph executor]) from then on.
+//   With a signature, fn is traced once, when the function is made, with every symbolic dim
+//   symbolic (Note [symbolic dims]); a call that does not fit the signature is an error naming
+//   the input, the spec and the given shape.
+//   Without one, a call is keyed by each input's dtype, shape and layout (contiguous,
+//   channels-last or other strides), whether it requires grad, and grad mode: all of these can
+//   change which ops fn's code emits. A call whose key matches a cached trace runs it; any other
+//   call retraces, and the retrace is reported in one line saying what differs from the nearest
+//   cached trace and where that one was traced:
+//     retracing 'forward': input 0 'x' dim 2 changed 28 -> 32 (traced at main.cpp:10)
+//   through the function's RetracePolicy (logged to stderr by default; silent; or an error). More
+//   than `retrace_budget` traces is an error listing every reason.
+// The cache is guarded by a mutex; graphs are immutable once cached, so calls run concurrently
+// (a trace in progress holds the lock: another thread's call waits for it).
+enum class RetracePolicy { kLog, kSilent, kError };
+
+struct FunctionOptions {
+  std::string name = "function";
+  RetracePolicy on_retrace = RetracePolicy::kLog;
+  int retrace_budget = 8;  // traces allowed beyond the first
+  // Where kLog writes (stderr when empty).
+  std::function<void(const std::string&)> logger = nullptr;
+};
+
+struct FunctionStats {
+  int traces = 0;
+  int hits = 0;
+  std::vector<std::string> retrace_reasons;  // one per retrace, in order
+};
+
+class Function {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  Function(Fn fn, std::optional<std::vector<TensorSpec>> signature, FunctionOptions options,
+           const Loc& loc);
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const Loc& loc = Loc::current()) const;
+  FunctionStats stats() const;
+  // The cached graphs, in the order they were traced.
+  std::vector<std::shared_ptr<const Graph>> graphs() const;
+  const std::string& name() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// A function with a signature: traced now, every call checked against it.
+Function function(Function::Fn fn, std::vector<TensorSpec> signature, FunctionOptions options = {},
+                  const Loc& loc = Loc::current());
+// A function without one: traced per kind of call (Note [function cache]).
+Function function(Function::Fn fn, FunctionOptions options = {}, const Loc& loc = Loc::current());
+
+}  // namespace kiln::graph

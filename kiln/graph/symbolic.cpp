@@ -1,0 +1,197 @@
+#include "kiln/graph/symbolic.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/core/rng.h"
+#include "kiln/graph/tracer.h"
+
+namespace kiln::graph {
+
+namespace {
+
+// Each symbol's two probe sizes (Note [symbolic dims]).
+constexpr int64_t kProbes[][2] = {{11, 13}, {17, 19}, {23, 29}, {31, 37},
+                                  {41, 43}, {47, 53}, {59, 61}, {67, 71}};
+constexpr size_t kMaxSymbols = std::size(kProbes);
+
+struct Symbols {
+  std::vector<std::string> names;  // in order of first appearance
+  int64_t probe(const std::string& s, int which) const {
+    const auto i = static_cast<size_t>(std::find(names.begin(), names.end(), s) - names.begin());
+    return kProbes[i][which];
+  }
+};
+
+Graph trace_once(const std::string& name, const TraceFn& fn,
+                 const std::vector<TensorSpec>& signature, const Symbols& symbols, int which,
+                 const Loc& loc) {
+  Tracer tracer(name);
+  std::vector<Tensor> inputs;
+  for (const TensorSpec& spec : signature)
+    inputs.push_back(
+        tracer.add_input(spec, [&](const std::string& s) { return symbols.probe(s, which); }));
+  tracer.start();
+  std::vector<Tensor> outputs = fn(inputs);
+  return tracer.finish(outputs, loc);
+}
+
+// The first place two attr documents differ: its path ("shape[0]") and both values.
+struct AttrDiff {
+  std::string path;
+  nlohmann::json a, b;
+};
+std::optional<AttrDiff> first_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                         const std::string& path, bool top) {
+  if (a.is_object() && b.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      if (top && (it.key() == "seed" || it.key() == "offset")) continue;  // Note [random ops]
+      if (!b.contains(it.key())) return AttrDiff{path + it.key(), it.value(), nullptr};
+      if (auto d = first_difference(it.value(), b.at(it.key()), path + it.key(), false)) return d;
+    }
+    return std::nullopt;
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (first_difference(a[i], b[i], path, false)) return AttrDiff{path, a, b};
+    return std::nullopt;
+  }
+  if (a == b) return std::nullopt;
+  return AttrDiff{path, a, b};
+}
+
+// The symbol whose probes give a = k * p1 and b = k * p2 (k > 0), if exactly one does.
+std::optional<std::pair<std::string, int64_t>> symbol_of(int64_t a, int64_t b,
+                                                         const Symbols& symbols) {
+  std::optional<std::pair<std::string, int64_t>> found;
+  for (const std::string& s : symbols.names) {
+    const int64_t p1 = symbols.probe(s, 0), p2 = symbols.probe(s, 1);
+    if (a > 0 && a % p1 == 0 && b % p2 == 0 && a / p1 == b / p2) {
+      if (found) return std::nullopt;
+      found = std::make_pair(s, a / p1);
+    }
+  }
+  return found;
+}
+
+// Which symbols an attr that differs may depend on, for the message.
+std::string suspects(const AttrDiff& d, const Symbols& symbols) {
+  std::vector<int64_t> xs, ys;
+  auto collect = [](const nlohmann::json& j, std::vector<int64_t>& out, auto&& self) -> void {
+    if (j.is_number_integer()) out.push_back(j.get<int64_t>());
+    if (j.is_array())
+      for (const auto& e : j) self(e, out, self);
+  };
+  collect(d.a, xs, collect);
+  collect(d.b, ys, collect);
+  if (xs.size() == ys.size())
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (xs[i] != ys[i])
+        if (auto s = symbol_of(xs[i], ys[i], symbols)) return "the dynamic dim '" + s->first + "'";
+  std::string all;
+  for (const std::string& s : symbols.names) all += (all.empty() ? "'" : ", '") + s + "'";
+  return "a dynamic dim (" + all + ")";
+}
+
+std::string probes_text(const Symbols& symbols, int which) {
+  std::string out;
+  for (const std::string& s : symbols.names)
+    out += fmt::format("{}{} = {}", out.empty() ? "" : ", ", s, symbols.probe(s, which));
+  return out;
+}
+
+// The same tensor, or a constant the function made in each trace (tensor({...})) with the same
+// dtype, shape and values.
+bool same_capture(const Tensor& a, const Tensor& b) {
+  if (a.impl() == b.impl()) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.requires_grad() || b.requires_grad())
+    return false;
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                    [](double u, double v) { return u == v || (std::isnan(u) && std::isnan(v)); });
+}
+
+const Loc& node_loc(const Node& n, const Loc& fallback) {
+  return n.loc ? *n.loc : fallback;
+}
+
+void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
+  const std::string at0 = probes_text(symbols, 0), at1 = probes_text(symbols, 1);
+  const size_t common = std::min(a.nodes.size(), b.nodes.size());
+  for (size_t i = 0; i <= common; ++i) {
+    const bool a_ends = i == a.nodes.size(), b_ends = i == b.nodes.size();
+    if (a_ends && b_ends) break;
+    const Node* na = a_ends ? nullptr : &a.nodes[i];
+    const Node* nb = b_ends ? nullptr : &b.nodes[i];
+    const bool same = na && nb && std::string_view(na->op->name()) == nb->op->name() &&
+                      na->inputs == nb->inputs && na->outputs == nb->outputs;
+    if (!same) {
+      const Node& shown = na ? *na : *nb;
+      fail("trace", node_loc(shown, loc),
+           "'{}' runs different ops for different sizes of a dynamic dim: op {} is {} with {} "
+           "and {} with {}; a graph would be right for one size only (use kiln's ops on the "
+           "tensor instead of C++ on its size, or make the dim static in the signature)",
+           a.name, i, na ? "'" + std::string(na->op->name()) + "'" : "missing", at0,
+           nb ? "'" + std::string(nb->op->name()) + "'" : "missing", at1);
+    }
+    if (auto d = first_difference(na->op->attrs(), nb->op->attrs(), "", true))
+      fail("trace", node_loc(*na, loc),
+           "'{}': {}'s attribute {} is {} with {} and {} with {}, so it depends on {}, and the "
+           "graph would keep one size; compute it with an op that reads the size from its input "
+           "(reshape and view take -1), or make the dim static in the signature",
+           a.name, na->op->name(), d->path, d->a.dump(), at0, d->b.dump(), at1,
+           suspects(*d, symbols));
+  }
+  if (a.values.size() != b.values.size() || a.outputs != b.outputs ||
+      a.captures.size() != b.captures.size())
+    fail("trace", loc, "'{}' returns different values for different sizes of a dynamic dim",
+         a.name);
+  for (size_t i = 0; i < a.captures.size(); ++i)
+    if (!same_capture(a.captures[i].tensor, b.captures[i].tensor))
+      fail("trace", loc, "'{}' reads different tensors for different sizes of a dynamic dim",
+           a.name);
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    SymShape& sa = a.values[v].shape;
+    const SymShape& sb = b.values[v].shape;
+    if (sa.size() != sb.size())
+      fail("trace", loc,
+           "'{}': value %{} has rank {} with {} and rank {} with {}; its rank depends on a "
+           "dynamic dim",
+           a.name, v, sa.size(), at0, sb.size(), at1);
+    for (size_t d = 0; d < sa.size(); ++d) {
+      if (sa[d].is_symbolic() || sa[d].size == sb[d].size) continue;
+      if (auto s = symbol_of(sa[d].size, sb[d].size, symbols))
+        sa[d].symbol = s->second == 1 ? s->first : fmt::format("{}*{}", s->second, s->first);
+      else
+        sa[d].symbol = "?";
+    }
+  }
+}
+
+}  // namespace
+
+Graph trace_symbolic(const std::string& name, const TraceFn& fn,
+                     const std::vector<TensorSpec>& signature, const Loc& loc) {
+  Symbols symbols;
+  for (const TensorSpec& spec : signature)
+    for (const Dim& d : spec.shape)
+      if (d.is_symbolic() &&
+          std::find(symbols.names.begin(), symbols.names.end(), d.symbol) == symbols.names.end())
+        symbols.names.push_back(d.symbol);
+  if (symbols.names.size() > kMaxSymbols)
+    fail("trace", loc, "'{}' has {} symbolic dims; at most {} are supported", name,
+         symbols.names.size(), kMaxSymbols);
+  if (symbols.names.empty()) return trace_once(name, fn, signature, symbols, 0, loc);
+  const Generator::State rng = default_generator().get_state();
+  Graph first = trace_once(name, fn, signature, symbols, 0, loc);
+  const Generator::State after = default_generator().get_state();
+  default_generator().set_state(rng);
+  const Graph second = trace_once(name, fn, signature, symbols, 1, loc);
+  default_generator().set_state(after);
+  compare(first, second, symbols, loc);
+  return first;
+}
+
+}  // namespace kiln::graph

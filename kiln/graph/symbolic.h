@@ -1,0 +1,42 @@
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/graph/tensor_spec.h"
+
+namespace kiln::graph {
+
+// Note [symbolic dims]
+// ~~~~~~~~~~~~~~~~~~~~
+// A symbolic dim ("batch") must mean every size, 0 and 1 included, and a trace must never bake a
+// size into the graph. Ops whose attrs do not hold sizes (elementwise, matmul, conv, reductions
+// over static dims, reshape with -1) are shape-polymorphic already: the executor reruns infer for
+// each call's sizes. The danger is C++ that computes a number from a dynamic size and passes it
+// as an attribute: `reshape(x, {x.size(0) * 784})`, `zeros({x.size(0)})`, a loop `for i <
+// x.size(0)`. A tracer sees only the number.
+//
+// kiln traces twice, on meta tensors (no arithmetic, so tracing twice is cheap), giving each
+// symbol a different pair of probe sizes (primes: batch 11 then 13, the next symbol 17 then 19,
+// ...; large enough not to be 0 or 1 and to stand apart from typical static sizes), and diffs the
+// two graphs generically, with no per-op code:
+//   - the node lists must match (same ops on the same values): otherwise the code's control
+//     flow or op choice depends on a size, and the trace fails naming the first node that
+//     differs and its line;
+//   - every node's attrs must be equal as JSON (except a random draw's "seed" and "offset",
+//     which move with the generator: Note [random ops]); an attr that differs depends on a
+//     dynamic dim, and the trace fails with the op, the attr, both values, the symbol and the
+//     user's line, suggesting -1 or making the dim static;
+//   - a value dim that is one symbol's probe in both traces is that symbol; k times it is the
+//     product (printed `784*batch`); a dim that differs otherwise is printed `?`. These names
+//     are for reading: the executor uses only the inputs' dims.
+// The first trace is kept; the generator's state is restored before the second, so a traced
+// function's draws advance the default generator once. Limits: a code path that branches on a
+// size only at sizes other than the probes (`if (batch == 1)`) is not seen; a size passed to an
+// attribute that is the same at both probes by coincidence is not seen either.
+using TraceFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+Graph trace_symbolic(const std::string& name, const TraceFn& fn,
+                     const std::vector<TensorSpec>& signature, const Loc& loc);
+
+}  // namespace kiln::graph
