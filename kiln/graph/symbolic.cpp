@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kiln/core/rng.h"
 #include "kiln/graph/tracer.h"
 
 namespace kiln::graph {
@@ -44,18 +43,17 @@ struct AttrDiff {
   nlohmann::json a, b;
 };
 std::optional<AttrDiff> first_difference(const nlohmann::json& a, const nlohmann::json& b,
-                                         const std::string& path, bool top) {
+                                         const std::string& path) {
   if (a.is_object() && b.is_object()) {
     for (auto it = a.begin(); it != a.end(); ++it) {
-      if (top && (it.key() == "seed" || it.key() == "offset")) continue;  // Note [random ops]
       if (!b.contains(it.key())) return AttrDiff{path + it.key(), it.value(), nullptr};
-      if (auto d = first_difference(it.value(), b.at(it.key()), path + it.key(), false)) return d;
+      if (auto d = first_difference(it.value(), b.at(it.key()), path + it.key())) return d;
     }
     return std::nullopt;
   }
   if (a.is_array() && b.is_array() && a.size() == b.size()) {
     for (size_t i = 0; i < a.size(); ++i)
-      if (first_difference(a[i], b[i], path, false)) return AttrDiff{path, a, b};
+      if (first_difference(a[i], b[i], path)) return AttrDiff{path, a, b};
     return std::nullopt;
   }
   if (a == b) return std::nullopt;
@@ -136,7 +134,7 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
            a.name, i, na ? "'" + std::string(na->op->name()) + "'" : "missing", at0,
            nb ? "'" + std::string(nb->op->name()) + "'" : "missing", at1);
     }
-    if (auto d = first_difference(na->op->attrs(), nb->op->attrs(), "", true))
+    if (auto d = first_difference(na->op->attrs(), nb->op->attrs(), ""))
       fail("trace", node_loc(*na, loc),
            "'{}': {}'s attribute {} is {} with {} and {} with {}, so it depends on {}, and the "
            "graph would keep one size; compute it with an op that reads the size from its input "
@@ -184,12 +182,8 @@ Graph trace_symbolic(const std::string& name, const TraceFn& fn,
     fail("trace", loc, "'{}' has {} symbolic dims; at most {} are supported", name,
          symbols.names.size(), kMaxSymbols);
   if (symbols.names.empty()) return trace_once(name, fn, signature, symbols, 0, loc);
-  const Generator::State rng = default_generator().get_state();
   Graph first = trace_once(name, fn, signature, symbols, 0, loc);
-  const Generator::State after = default_generator().get_state();
-  default_generator().set_state(rng);
   const Graph second = trace_once(name, fn, signature, symbols, 1, loc);
-  default_generator().set_state(after);
   compare(first, second, symbols, loc);
   return first;
 }

@@ -24,15 +24,14 @@ namespace kiln::graph {
 //   - the node lists must match (same ops on the same values): otherwise the code's control
 //     flow or op choice depends on a size, and the trace fails naming the first node that
 //     differs and its line;
-//   - every node's attrs must be equal as JSON (except a random draw's "seed" and "offset",
-//     which move with the generator: Note [random ops]); an attr that differs depends on a
-//     dynamic dim, and the trace fails with the op, the attr, both values, the symbol and the
-//     user's line, suggesting -1 or making the dim static;
+//   - every node's attrs must be equal as JSON; an attr that differs depends on a dynamic dim,
+//     and the trace fails with the op, the attr, both values, the symbol and the user's line,
+//     suggesting -1 or making the dim static (random draws, whose seed and offset would differ,
+//     are refused by the tracer before this: Note [tracer]);
 //   - a value dim that is one symbol's probe in both traces is that symbol; k times it is the
 //     product (printed `784*batch`); a dim that differs otherwise is printed `?`. These names
 //     are for reading: the executor uses only the inputs' dims.
-// The first trace is kept; the generator's state is restored before the second, so a traced
-// function's draws advance the default generator once. Limits: a code path that branches on a
+// The first trace is kept. Limits: a code path that branches on a
 // size only at sizes other than the probes (`if (batch == 1)`) is not seen; a size passed to an
 // attribute that is the same at both probes by coincidence is not seen either.
 using TraceFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;

@@ -4,6 +4,7 @@
 
 #include <unordered_map>
 
+#include "kiln/core/call_site.h"
 #include "kiln/ops/op_factory.h"
 
 namespace kiln::graph {
@@ -63,8 +64,10 @@ class TraceMode final : public DispatchMode {
     Tracer::State& st = *state_;
     Node node;
     node.op = rebuilt(call);
-    node.where = source_line(call.loc);
-    node.loc = call.loc;
+    // An op called inside a layer is recorded at the user's line (Note [user call site]).
+    const Loc where = user_location(call.loc);
+    node.where = source_line(where);
+    node.loc = where;
     std::vector<Tensor> inputs;
     inputs.reserve(call.inputs.size());
     for (const Tensor& t : call.inputs) {
@@ -96,6 +99,14 @@ class TraceMode final : public DispatchMode {
            "op '{}' has no factory (Note [op factory]), so it cannot be recorded in a graph",
            call.op->name());
     nlohmann::json attrs = call.op->attrs();
+    // Note [random ops]: a draw's seed and offset are attrs, so a graph would replay this one
+    // draw on every call (the compiled-dropout bug). Until the generator is graph state, refuse.
+    if (attrs.is_object() && attrs.contains("seed") && attrs.contains("offset"))
+      fail("trace", call.loc,
+           "{} draws random numbers, and a graph would repeat this one draw on every call; "
+           "random ops cannot be traced yet (call them outside the traced function, or use "
+           "dropout in eval mode there)",
+           call.op->name());
     // A factory called with an input's device (zeros(shape, {.device = x.device()})) says meta
     // while tracing, because the stand-ins are meta; the graph runs on cpu.
     if (auto it = attrs.find("device"); it != attrs.end() && *it == kMeta.name()) *it = kCPU.name();

@@ -26,6 +26,8 @@ namespace kiln::graph {
 //     the vjps' ops);
 //   - each node holds an op rebuilt from (name, attrs) through the op factory, so a traced graph
 //     is exactly what its JSON holds; an op without a factory cannot be traced, and says so.
+// A random draw cannot be traced yet: its seed and offset are attrs, so the graph would repeat
+// one draw on every call; the trace fails naming the op and the line instead.
 // An output that is a written input (an in-place op) is a new value for the same memory: later
 // reads of the tensor read the new value. Ops inside a composite op are not seen (Note
 // [composite ops]): the composite is one node.

@@ -27,16 +27,12 @@ void check_stale_view(const Op& op, const Tensor& t, size_t i, const Loc& loc) {
 
 thread_local int mixed_meta_depth = 0;  // Note [tracing stand-ins]
 
-bool devices_mix(const Tensor& a, const Tensor& b) {
-  if (a.device() == b.device()) return false;
-  return !(mixed_meta_depth > 0 && (a.is_meta() || b.is_meta()));
-}
 
 void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& loc) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       fail(op.name(), loc, "expected a defined tensor as input {}, but got an undefined one", i);
-    if (i > 0 && devices_mix(inputs[i], inputs[0]))
+    if (i > 0 && !detail::devices_compatible(inputs[i], inputs[0]))
       fail(op.name(), loc,
            "expected all tensors on the same device, but got input 0 {} and input {} {}",
            inputs[0].describe(), i, inputs[i].describe());
@@ -65,6 +61,11 @@ std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs,
   // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
   for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
   return detail::run_dispatch_modes(OpCall{op, inputs, metas, loc});
+}
+
+bool detail::devices_compatible(const Tensor& a, const Tensor& b) {
+  if (a.device() == b.device()) return true;
+  return mixed_meta_depth > 0 && (a.is_meta() || b.is_meta());
 }
 
 detail::MixedMetaScope::MixedMetaScope() {

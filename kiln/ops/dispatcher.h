@@ -29,6 +29,9 @@ namespace detail {
 // user's code mixes meta tensors (the trace's inputs and results) with real ones (parameters the
 // tracer has not replaced yet); the device check then accepts a meta tensor beside a cpu one,
 // and the tracer hands the kernel step only meta stand-ins. Scopes nest.
+// Whether a and b may meet in one op: the same device, or (while tracing) meta beside cpu.
+bool devices_compatible(const Tensor& a, const Tensor& b);
+
 class MixedMetaScope {
  public:
   MixedMetaScope();

@@ -3,6 +3,7 @@
 #include "kiln/ops/assign.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
+#include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -191,7 +192,7 @@ Tensor& Tensor::copy_(const Tensor& src, const Loc& loc) {
   return apply_inplace(
       *this, "copy_", loc, false, src,
       [&](const Tensor& s, const Tensor&) {
-        if (src.device() != s.device())
+        if (!detail::devices_compatible(src, s))
           fail("copy_", loc, "expected a source on {}, but got {}", s.device().name(),
                src.describe());
         // Assignment converts any dtype, unlike arithmetic.

@@ -56,8 +56,8 @@ void expect_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want
 std::string known_gap(const Case& c) {
   const std::string& op = c.op;
   if (op == "rand" || op == "randn" || op == "randint" || op == "bernoulli" || op == "dropout")
-    return "random draws are not graph state yet (item 6): the trace bakes one draw's seed and "
-           "offset, and a draw made like a meta tensor does not move the generator";
+    return "the tracer refuses random draws until the generator is graph state (Note "
+           "[tracer]): a graph would repeat one draw";
   return "";
 }
 
