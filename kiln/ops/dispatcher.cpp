@@ -27,7 +27,6 @@ void check_stale_view(const Op& op, const Tensor& t, size_t i, const Loc& loc) {
 
 thread_local int mixed_meta_depth = 0;  // Note [tracing stand-ins]
 
-
 void check_devices(const Op& op, const std::vector<Tensor>& inputs, const Loc& loc) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
