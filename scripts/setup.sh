@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev       # Google Benchmark: bench/
   python3-torch python3-numpy python3-pil  # PyTorch: live parity tests and head-to-head benchmarks
   dataset-fashion-mnist  # the real Fashion-MNIST data
+  graphviz               # dot: `kiln graph` renders a traced graph to SVG (tests check the SVG)
 )
 missing=()
 for p in "${packages[@]}"; do

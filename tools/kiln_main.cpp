@@ -1,5 +1,6 @@
 // The `kiln` command: train a model from the zoo on a known dataset, evaluate a training
-// directory, print a model summary. `kiln --help` and `kiln <command> --help` list the flags.
+// directory, print a model summary, write a model's traced graph. `kiln --help` and `kiln <command>
+// --help` list the flags.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -7,6 +8,7 @@
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
+  using kiln::cli::GraphArgs;
   using kiln::cli::TrainArgs;
   CLI::App app{"kiln: train, evaluate and inspect models"};
   app.require_subcommand(1);
@@ -83,10 +85,26 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
       ->capture_default_str();
 
+  GraphArgs g;
+  CLI::App* graph =
+      app.add_subcommand("graph", "trace a model and write its graph (text, JSON, DOT, SVG)");
+  graph->add_option("--model", g.model, "mlp, cnn or resnet18")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
+      ->capture_default_str();
+  graph->add_option("--data", g.data, "dataset whose input shape to trace with")
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
+      ->capture_default_str();
+  graph->add_option("--mode", g.mode, "trace the model in eval or train mode")
+      ->check(CLI::IsMember({"eval", "train"}))
+      ->capture_default_str();
+  graph->add_option("--out", g.out, "directory for graph.txt, graph.json, graph.dot, graph.svg")
+      ->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return kiln::cli::run_train(t);
     if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);
+    if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: " << e.what() << '\n';

@@ -36,6 +36,18 @@ int run_train(const TrainArgs& args);
 // split (loss, accuracy, per-class precision/recall/F1 and the confusion matrix).
 int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_size);
 
+// `kiln graph`'s flags.
+struct GraphArgs {
+  std::string model = "cnn";
+  std::string data = "fashion-mnist";  // whose input shape to trace with
+  std::string mode = "eval";           // "eval" or "train"
+  std::string out;
+};
+
+// `kiln graph --model M --out DIR`: traces the model with a symbolic batch (nn::function) and
+// writes DIR/graph.txt, graph.json, graph.dot and, where Graphviz is installed, graph.svg.
+int run_graph(const GraphArgs& args);
+
 // `kiln summary --model M --data D`: the Keras-style table for the model on the dataset's inputs.
 int run_summary(const std::string& model, const std::string& data);
 

@@ -272,6 +272,9 @@ std::string Tensor::to_string() const {
   const std::string dtype_suffix = std::string("dtype=") + dtype_name(dt);
   std::vector<std::string> suffixes;
   std::string body;
+  // A traced function printing a stand-in depends on its values (Note [value reads]).
+  if (is_meta() && detail::has_value_read_hook())
+    detail::meta_value_read(*this, "print", Loc::current());
   if (is_meta()) {
     suffixes.push_back("device='meta'");
     suffixes.push_back("size=" + tuple_str(shape()));

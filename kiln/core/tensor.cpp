@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <ostream>
+#include <utility>
 
 #include "kiln/core/allocator.h"
 
@@ -31,9 +32,25 @@ std::string Tensor::describe() const {
   return fmt::format("{}{} on {}", dtype_name(dtype()), shape_str(shape()), device().name());
 }
 
+namespace {
+thread_local detail::ValueReadHook value_read_hook = nullptr;
+}  // namespace
+
+void detail::meta_value_read(const Tensor& t, const char* what, const Loc& loc) {
+  if (value_read_hook) value_read_hook(t, what, loc);
+  fail(what, loc, "expected a tensor with memory, but got {}", t.describe());
+}
+
+detail::ValueReadHook detail::set_value_read_hook(ValueReadHook hook) {
+  return std::exchange(value_read_hook, hook);
+}
+
+bool detail::has_value_read_hook() {
+  return value_read_hook != nullptr;
+}
+
 void* Tensor::raw_data() const {
-  if (is_meta())
-    fail("data", Loc::current(), "expected a tensor with memory, but got {}", describe());
+  if (is_meta()) detail::meta_value_read(*this, "data", Loc::current());
   return static_cast<char*>(storage()->data()) + storage_offset() * itemsize(dtype());
 }
 
@@ -91,7 +108,7 @@ double Tensor::item(const Loc& loc) const {
   if (numel() != 1)
     fail("item", loc, "expected a tensor with exactly one element, but got {} with {} elements",
          describe(), numel());
-  if (is_meta()) fail("item", loc, "expected a tensor with memory, but got {}", describe());
+  if (is_meta()) detail::meta_value_read(*this, "item", loc);
   return visit_dtype(dtype(), [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
     return static_cast<double>(static_cast<compute_t<T>>(*static_cast<const T*>(raw_data())));
@@ -100,7 +117,7 @@ double Tensor::item(const Loc& loc) const {
 
 template <class T>
 std::vector<T> Tensor::to_vector(const Loc& loc) const {
-  if (is_meta()) fail("to_vector", loc, "expected a tensor with memory, but got {}", describe());
+  if (is_meta()) detail::meta_value_read(*this, "to_vector", loc);
   std::vector<T> out(static_cast<size_t>(numel()));
   if (out.empty()) return out;
   const Shape& sh = shape();

@@ -220,6 +220,21 @@ Tensor empty_for(std::string_view op, Shape shape, TensorOptions options, const 
 // The size checks of empty_for, without allocating (shape inference of factory ops).
 void check_allocation(std::string_view op, const Shape& shape, const TensorOptions& options,
                       const Loc& loc);
+
+// Note [value reads]
+// ~~~~~~~~~~~~~~~~~~
+// Reading a meta tensor's values (item, to_vector, data, printing) is an error. While a graph is
+// traced the meta tensors are the trace's stand-ins, and such a read means the code depends on
+// data the trace does not have: the tracer (a higher layer) installs a hook on its thread that
+// raises an error saying so, naming the traced function and the value. The hook must throw; with
+// none installed, the read fails with the plain meta error.
+using ValueReadHook = void (*)(const Tensor& t, const char* what, const Loc& loc);
+// Installs `hook` on this thread (nullptr: none) and returns the one it replaces.
+ValueReadHook set_value_read_hook(ValueReadHook hook);
+// Whether a hook is installed on this thread.
+bool has_value_read_hook();
+// The read: the hook's error, else "[what] expected a tensor with memory, but got ...".
+[[noreturn]] void meta_value_read(const Tensor& t, const char* what, const Loc& loc);
 }  // namespace detail
 // A new tensor handle over the same storage with the given geometry (a view).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

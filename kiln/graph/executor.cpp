@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/rng.h"
 #include "kiln/ops/dispatcher.h"
 
 namespace kiln::graph {
@@ -70,7 +71,15 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
     for (int id : node.inputs) args.push_back(env[static_cast<size_t>(id)]);
     std::vector<Tensor> outs;
     try {
-      outs = dispatch(node.op, args, node.loc ? *node.loc : loc);
+      const Loc& at = node.loc ? *node.loc : loc;
+      OpPtr op = node.op;
+      // Fresh numbers on every run, from the default generator (Note [random effects]).
+      if (op->draws_random()) {
+        const uint64_t blocks = op->random_blocks(op->infer(args, at));
+        const Generator::State s = default_generator().reserve_with_seed(blocks, at);
+        op = op->at_stream(s.seed, s.offset);
+      }
+      outs = dispatch(op, args, at);
     } catch (const Error& e) {
       rethrow_in_node(g, n, node, e);
     }

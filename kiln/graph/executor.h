@@ -14,6 +14,9 @@ namespace kiln::graph {
 // calls as they see eager ones: the tape records only when an input requires grad (gradients
 // through a graph are the ops' own vjps, as in eager), a tracer pushed around the call inlines
 // the graph into its own. The graph is only read, so one graph may run on several threads at once.
+// A random node is rebuilt at a fresh place of the default generator's stream before it runs
+// (Note [random effects]): every run draws new numbers, and after the same manual_seed a graph
+// draws exactly what eager code does.
 // An error a node raises names the graph and the node's source line.
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const Loc& loc = Loc::current());

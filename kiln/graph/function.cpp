@@ -24,12 +24,14 @@ struct InputKey {
 };
 struct CallKey {
   std::vector<InputKey> inputs;
-  bool grad_mode;
+  bool grad_mode = false;
+  std::string state;  // FunctionOptions::state_key
   bool operator==(const CallKey&) const = default;
 };
 
-CallKey key_of(const std::vector<Tensor>& inputs, const std::string& name, const Loc& loc) {
-  CallKey key{{}, GradMode::is_enabled()};
+CallKey key_of(const std::vector<Tensor>& inputs, const std::string& name, std::string state,
+               const Loc& loc) {
+  CallKey key{{}, GradMode::is_enabled(), std::move(state)};
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) fail("function '" + name + "'", loc, "input {} is undefined", i);
@@ -40,6 +42,8 @@ CallKey key_of(const std::vector<Tensor>& inputs, const std::string& name, const
 
 // What differs between the key a trace was made for and this call's, in a few words.
 std::string difference(const CallKey& traced, const CallKey& now) {
+  if (traced.state != now.state)
+    return fmt::format("state changed {} -> {}", traced.state, now.state);
   if (traced.inputs.size() != now.inputs.size())
     return fmt::format("the number of inputs changed {} -> {}", traced.inputs.size(),
                        now.inputs.size());
@@ -68,7 +72,7 @@ std::string difference(const CallKey& traced, const CallKey& now) {
 // How many things differ: the nearest cached trace explains a retrace best.
 int distance(const CallKey& a, const CallKey& b) {
   if (a.inputs.size() != b.inputs.size()) return 1 << 20;
-  int n = a.grad_mode != b.grad_mode;
+  int n = (a.grad_mode != b.grad_mode) + (a.state != b.state);
   for (size_t i = 0; i < a.inputs.size(); ++i) {
     const InputKey &x = a.inputs[i], &y = b.inputs[i];
     n += (x.dtype != y.dtype) + (x.shape != y.shape) + (x.strides != y.strides) +
@@ -92,7 +96,7 @@ std::string where(const Loc& loc) {
 struct Function::State {
   Fn fn;
   FunctionOptions options;
-  bool has_signature = false;
+  std::optional<std::vector<TensorSpec>> signature;
   mutable std::mutex mutex;
   std::vector<Entry> entries;
   FunctionStats stats;
@@ -105,9 +109,18 @@ struct Function::State {
       std::cerr << line << "\n";
   }
 
-  // Traces for a call keyed `key`; the mutex is held.
-  std::shared_ptr<const Graph> retrace(const CallKey& key, const std::vector<Tensor>& inputs,
-                                       const Loc& loc) {
+  std::string state() const { return options.state_key ? options.state_key() : std::string(); }
+
+  std::shared_ptr<const Graph> named(Graph g) const {
+    if (options.capture_name)
+      for (const Capture& c : g.captures)
+        if (g.values[static_cast<size_t>(c.value)].name.empty())
+          g.values[static_cast<size_t>(c.value)].name = options.capture_name(c.tensor);
+    return std::make_shared<const Graph>(std::move(g));
+  }
+
+  // Says why a call keyed `key` retraces (the policy, the budget); the mutex is held.
+  void note_retrace(const CallKey& key, const Loc& loc) {
     if (!entries.empty()) {
       const Entry* nearest = &entries.back();
       for (auto it = entries.rbegin(); it != entries.rend(); ++it)
@@ -128,13 +141,25 @@ struct Function::State {
       }
       report(reason);
     }
+  }
+
+  // Traces for a call keyed `key`; the mutex is held.
+  std::shared_ptr<const Graph> retrace(const CallKey& key, const std::vector<Tensor>& inputs,
+                                       const Loc& loc) {
+    note_retrace(key, loc);
+    if (signature) {
+      auto graph = named(trace_symbolic(options.name, fn, *signature, loc));
+      entries.push_back({key, graph, where(loc)});
+      ++stats.traces;
+      return graph;
+    }
     Tracer tracer(options.name);
     std::vector<Tensor> stand_ins;
     for (size_t i = 0; i < inputs.size(); ++i)
       stand_ins.push_back(tracer.add_input(inputs[i], fmt::format("input{}", i)));
     tracer.start();
     std::vector<Tensor> outputs = fn(stand_ins);
-    auto graph = std::make_shared<const Graph>(tracer.finish(outputs, loc));
+    auto graph = named(tracer.finish(outputs, loc));
     entries.push_back({key, graph, where(loc)});
     ++stats.traces;
     return graph;
@@ -149,13 +174,9 @@ Function::Function(Fn fn, std::optional<std::vector<TensorSpec>> signature, Func
     fail("function", loc, "expected retrace_budget >= 0, but got {}", options.retrace_budget);
   state_->fn = std::move(fn);
   state_->options = std::move(options);
-  if (signature) {
-    state_->has_signature = true;
-    auto graph = std::make_shared<const Graph>(
-        trace_symbolic(state_->options.name, state_->fn, *signature, loc));
-    state_->entries.push_back({CallKey{}, graph, where(loc)});
-    state_->stats.traces = 1;
-  }
+  state_->signature = std::move(signature);
+  if (state_->signature)
+    state_->retrace(CallKey{{}, GradMode::is_enabled(), state_->state()}, {}, loc);
 }
 
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, const Loc& loc) const {
@@ -163,19 +184,16 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, cons
   std::shared_ptr<const Graph> graph;
   {
     std::lock_guard<std::mutex> lock(st.mutex);
-    if (st.has_signature) {
-      graph = st.entries.front().graph;
-      ++st.stats.hits;
-    } else {
-      const CallKey key = key_of(inputs, st.options.name, loc);
-      for (const Entry& e : st.entries)
-        if (e.key == key) {
-          graph = e.graph;
-          ++st.stats.hits;
-          break;
-        }
-      if (!graph) graph = st.retrace(key, inputs, loc);
-    }
+    // With a signature the key is grad mode and the state: the signature covers the inputs.
+    const CallKey key = st.signature ? CallKey{{}, GradMode::is_enabled(), st.state()}
+                                     : key_of(inputs, st.options.name, st.state(), loc);
+    for (const Entry& e : st.entries)
+      if (e.key == key) {
+        graph = e.graph;
+        ++st.stats.hits;
+        break;
+      }
+    if (!graph) graph = st.retrace(key, inputs, loc);
   }
   return run(*graph, inputs, loc);
 }

@@ -14,17 +14,21 @@ namespace kiln::graph {
 // ~~~~~~~~~~~~~~~~~~~~~
 // kiln::graph::function(fn, ...) is tf.function for C++: calling it traces fn once per kind of
 // call (Note [tracer]) and runs the graph (Note [graph executor]) from then on.
-//   With a signature, fn is traced once, when the function is made, with every symbolic dim
-//   symbolic (Note [symbolic dims]); a call that does not fit the signature is an error naming
-//   the input, the spec and the given shape.
+//   With a signature, fn is traced when the function is made, with every symbolic dim symbolic
+//   (Note [symbolic dims]), in the grad mode of that moment; a call in the other grad mode
+//   retraces once (recording a gradient can change the ops: conv2d_affine emits its
+//   differentiable decomposition), as does a call in another state (below). A call that does
+//   not fit the signature is an error naming the input, the spec and the given shape.
 //   Without one, a call is keyed by each input's dtype, shape and layout (contiguous,
 //   channels-last or other strides), whether it requires grad, and grad mode: all of these can
 //   change which ops fn's code emits. A call whose key matches a cached trace runs it; any other
 //   call retraces, and the retrace is reported in one line saying what differs from the nearest
 //   cached trace and where that one was traced:
 //     retracing 'forward': input 0 'x' dim 2 changed 28 -> 32 (traced at main.cpp:10)
-//   through the function's RetracePolicy (logged to stderr by default; silent; or an error). More
-//   than `retrace_budget` traces is an error listing every reason.
+//   The key also holds FunctionOptions::state_key's text (a module's train/eval mode), with a
+//   signature too.
+//   Retraces go through the function's RetracePolicy (logged to stderr by default; silent; or an
+//   error). More than `retrace_budget` traces is an error listing every reason.
 // The cache is guarded by a mutex; graphs are immutable once cached, so calls run concurrently
 // (a trace in progress holds the lock: another thread's call waits for it).
 enum class RetracePolicy { kLog, kSilent, kError };
@@ -35,6 +39,13 @@ struct FunctionOptions {
   int retrace_budget = 8;  // traces allowed beyond the first
   // Where kLog writes (stderr when empty).
   std::function<void(const std::string&)> logger = nullptr;
+  // State outside the inputs that changes which ops fn emits, as a short text computed at every
+  // call (a module's train/eval mode: "train", "eval"). Part of the cache key, with a signature
+  // too: a call in another state retraces ("retracing 'forward': state changed train -> eval").
+  std::function<std::string()> state_key = nullptr;
+  // A name for a captured tensor ("conv1.weight"; empty: none), shown in the text, the DOT and
+  // the JSON of the graph.
+  std::function<std::string(const Tensor&)> capture_name = nullptr;
 };
 
 struct FunctionStats {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kiln/core/call_site.h"
+#include "kiln/core/rng.h"
 #include "kiln/ops/op_factory.h"
 
 namespace kiln::graph {
@@ -99,14 +100,19 @@ class TraceMode final : public DispatchMode {
            "op '{}' has no factory (Note [op factory]), so it cannot be recorded in a graph",
            call.op->name());
     nlohmann::json attrs = call.op->attrs();
-    // Note [random ops]: a draw's seed and offset are attrs, so a graph would replay this one
-    // draw on every call (the compiled-dropout bug). Until the generator is graph state, refuse.
-    if (attrs.is_object() && attrs.contains("seed") && attrs.contains("offset"))
-      fail("trace", call.loc,
-           "{} draws random numbers, and a graph would repeat this one draw on every call; "
-           "random ops cannot be traced yet (call them outside the traced function, or use "
-           "dropout in eval mode there)",
-           call.op->name());
+    // A random node draws fresh blocks of the default generator on every run (Note [random
+    // effects]); a draw from another generator cannot be replayed so, and says so. (On meta
+    // nothing is reserved, so the default generator's state is the one the attrs hold.)
+    if (call.op->draws_random()) {
+      const Generator::State s = default_generator().get_state();
+      if (attrs.value("seed", uint64_t{0}) != s.seed ||
+          attrs.value("offset", uint64_t{0}) != s.offset)
+        fail("trace", call.loc,
+             "{} draws from a generator other than kiln's default one; a graph draws fresh "
+             "numbers from the default generator on every run (Note [random effects]), so "
+             "trace code that uses the default generator (pass no Generator)",
+             call.op->name());
+    }
     // A factory called with an input's device (zeros(shape, {.device = x.device()})) says meta
     // while tracing, because the stand-ins are meta; the graph runs on cpu.
     if (auto it = attrs.find("device"); it != attrs.end() && *it == kMeta.name()) *it = kCPU.name();
@@ -115,13 +121,37 @@ class TraceMode final : public DispatchMode {
   Tracer::State* state_;
 };
 
+// The trace this thread records, for the value-read hook (Note [value reads]).
+thread_local Tracer::State* active_trace = nullptr;
+
+[[noreturn]] void on_value_read(const Tensor& t, const char* what, const Loc& loc) {
+  KILN_INTERNAL_ASSERT(active_trace != nullptr, "value-read hook without an active trace");
+  const Tracer::State& st = *active_trace;
+  std::string value = t.describe();
+  if (auto it = st.value_of.find(t.impl()); it != st.value_of.end()) {
+    const Value& v = st.graph.value(it->second);
+    value = fmt::format("%{}: {}{}", it->second, dtype_name(v.dtype), format_shape(v.shape));
+    if (!v.name.empty()) value += " ('" + v.name + "')";
+  }
+  fail("trace", loc,
+       "'{}' reads the value of {} ({}); a graph cannot depend on data this way — use "
+       "kiln::cond / kiln::where, or make it an input",
+       st.graph.name, value, what);
+}
+
 }  // namespace
+
+bool Tracer::active() {
+  return active_trace != nullptr;
+}
 
 Tracer::Tracer(std::string name) : state_(std::make_shared<State>()) {
   state_->graph.name = std::move(name);
 }
 
-Tracer::~Tracer() = default;
+Tracer::~Tracer() {
+  stop();
+}
 
 Tensor Tracer::add_input(const TensorSpec& spec, int64_t probe) {
   return add_input(spec, [probe](const std::string&) { return probe; });
@@ -156,9 +186,15 @@ void Tracer::start() {
   KILN_INTERNAL_ASSERT(!guard_, "Tracer::start called twice");
   guard_ = std::make_unique<DispatchModeGuard>(std::make_shared<TraceMode>(state_.get()));
   mixed_ = std::make_unique<detail::MixedMetaScope>();
+  outer_trace_ = active_trace;
+  active_trace = state_.get();
+  outer_hook_ = detail::set_value_read_hook(on_value_read);
 }
 
 void Tracer::stop() {
+  if (!guard_) return;
+  detail::set_value_read_hook(outer_hook_);
+  active_trace = outer_trace_;
   mixed_.reset();
   guard_.reset();
 }

@@ -26,13 +26,20 @@ namespace kiln::graph {
 //     the vjps' ops);
 //   - each node holds an op rebuilt from (name, attrs) through the op factory, so a traced graph
 //     is exactly what its JSON holds; an op without a factory cannot be traced, and says so.
-// A random draw cannot be traced yet: its seed and offset are attrs, so the graph would repeat
-// one draw on every call; the trace fails naming the op and the line instead.
+// Reading a stand-in's values (item(), to_vector, data, printing) throws "[trace] 'f' reads the
+// value of %3: float32[batch, 10] (item); ..." at the user's line (Note [value reads]).
+// A random draw (dropout's mask) is a node that the executor gives fresh blocks of the default
+// generator on every run (Note [random effects]): a traced dropout draws new masks per call,
+// the ones eager code would have drawn; a draw from another Generator fails the trace.
 // An output that is a written input (an in-place op) is a new value for the same memory: later
 // reads of the tensor read the new value. Ops inside a composite op are not seen (Note
 // [composite ops]): the composite is one node.
 class Tracer {
  public:
+  // Whether a tracer records this thread's ops now: code that skips work on meta tensors (a
+  // layer's counter update, which a shape-only pass must not do) must not skip it in a trace.
+  static bool active();
+
   explicit Tracer(std::string name);
   ~Tracer();
   Tracer(const Tracer&) = delete;
@@ -61,6 +68,9 @@ class Tracer {
   std::shared_ptr<State> state_;
   std::unique_ptr<DispatchModeGuard> guard_;
   std::unique_ptr<detail::MixedMetaScope> mixed_;
+  // What start() replaced on this thread (Note [value reads]); stop() puts them back.
+  State* outer_trace_ = nullptr;
+  detail::ValueReadHook outer_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

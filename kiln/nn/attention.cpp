@@ -141,7 +141,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
            "expected key_padding_mask {} = {} (bool, or {} to add), but got {} (with {})",
            batched ? "[N, S]" : "[S]", shape_str(want), dtype_name(dtype),
            key_padding_mask.describe(), operands());
-    masks.push_back(reshape(key_padding_mask, {n, 1, 1, s}, loc));
+    // Size-free shape ops, so a trace serves every batch (Note [size-free shape attrs]).
+    masks.push_back(batched ? unsqueeze(unsqueeze(key_padding_mask, 1, loc), 1, loc)
+                            : reshape(key_padding_mask, {1, 1, 1, s}, loc));
   }
   if (attn_mask.defined()) {
     Shape want2 = {l, s}, want3 = {n * num_heads, l, s};
@@ -153,7 +155,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
            "(with {})",
            shape_str(want2), batched ? "N * num_heads" : "num_heads", shape_str(want3),
            dtype_name(dtype), attn_mask.describe(), operands());
-    masks.push_back(attn_mask.dim() == 3 ? reshape(attn_mask, {n, num_heads, l, s}, loc)
+    masks.push_back(attn_mask.dim() == 3 ? unflatten(attn_mask, 0, {-1, num_heads}, loc)
                                          : attn_mask);
   }
   if (is_causal) {
@@ -166,15 +168,15 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
 
   // Projections, split into heads: [N, H, T, D].
   const int64_t e = embed_dim;
-  auto heads = [&](const Tensor& x, const Tensor& w, const Tensor& b, int64_t t) {
-    return transpose(reshape(linear(x, w, b, loc), {n, t, num_heads, head_dim}, loc), 1, 2, loc);
+  auto heads = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return transpose(unflatten(linear(x, w, b, loc), -1, {num_heads, head_dim}, loc), 1, 2, loc);
   };
   Tensor qh = heads(q, in_proj_weight.defined() ? rows(in_proj_weight, 0, e, loc) : q_proj_weight,
-                    rows(in_proj_bias, 0, e, loc), l);
+                    rows(in_proj_bias, 0, e, loc));
   Tensor kh = heads(k, in_proj_weight.defined() ? rows(in_proj_weight, 1, e, loc) : k_proj_weight,
-                    rows(in_proj_bias, 1, e, loc), s);
+                    rows(in_proj_bias, 1, e, loc));
   Tensor vh = heads(v, in_proj_weight.defined() ? rows(in_proj_weight, 2, e, loc) : v_proj_weight,
-                    rows(in_proj_bias, 2, e, loc), s);
+                    rows(in_proj_bias, 2, e, loc));
 
   // PyTorch scales q before the product (same rounding as torch for float32).
   Tensor scores =
@@ -184,7 +186,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
   if (is_training() && options.dropout > 0.0)
     attn = dropout(attn, options.dropout, true, options.gen, loc);
 
-  Tensor context = reshape(transpose(matmul(attn, vh, loc), 1, 2, loc), {n, l, e}, loc);
+  Tensor context = flatten(transpose(matmul(attn, vh, loc), 1, 2, loc), 2, 3, loc);
   Tensor out = linear(context, out_proj->weight, out_proj->bias, loc);
   if (!batched)
     out = squeeze(out, 0, loc);

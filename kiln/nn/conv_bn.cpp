@@ -2,8 +2,10 @@
 
 #include <array>
 #include <memory>
+
 #include <mutex>
 #include <unordered_map>
+#include "kiln/graph/tracer.h"
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/storage.h"
@@ -123,7 +125,7 @@ Tensor conv_bn(Conv2d& conv, BatchNorm& bn, const Tensor& input, const Tensor& r
   const bool fuse = !conv.is_training() && !bn.is_training() && bn.options.track_running_stats &&
                     bn.running_mean.defined() && bn.running_var.defined() &&
                     !conv.has_forward_hooks() && !bn.has_forward_hooks() && input.dim() == 4 &&
-                    !input.is_meta();
+                    (!input.is_meta() || graph::Tracer::active());
   if (!fuse) {
     Tensor y = bn(conv(input));
     if (residual.defined()) y = add(y, residual);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/graph/tracer.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/compare.h"
 #include "kiln/ops/dropout.h"
@@ -176,7 +177,8 @@ Tensor BatchNorm::forward(const Tensor& input) {
          rank_max_ == rank_min_ ? "" : fmt::format("-{}", rank_max_), num_features,
          input.describe());
   bool track = options.track_running_stats;
-  if (is_training() && track && !input.is_meta()) {
+  // Not on a shape-only meta forward (summary), but in a trace, whose graph counts every batch.
+  if (is_training() && track && (!input.is_meta() || graph::Tracer::active())) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(ones({}, {DType::Int64}));
   }

@@ -65,10 +65,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen, const L
   // Checked before drawing, so a bad call leaves the generator untouched.
   if (!is_floating(x.dtype()))
     fail("dropout", loc, "expected a floating-point input, but got {}", x.describe());
-  if (p == 1.0)
-    return call_op<DropoutOp>({x, zeros(x.shape(), {DType::Bool, x.device()}, loc)}, loc, 0.0);
+  if (p == 1.0) return call_op<DropoutOp>({x, zeros_like(x, DType::Bool)}, loc, 0.0);
   // The mask is a random op (Note [random ops]): a replay draws the same one.
-  Tensor mask = bernoulli_mask(x.shape(), 1.0 - p, x.device(), gen, loc);
+  // Its shape is x's, not an attr, so a traced dropout runs for any batch size (Note [like
+  // factories]).
+  Tensor mask = bernoulli_mask_like(x, 1.0 - p, gen, loc);
   return call_op<DropoutOp>({x, mask}, loc, 1.0 / (1.0 - p));
 }
 

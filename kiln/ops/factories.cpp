@@ -55,7 +55,7 @@ class FullOp final : public detail::FactoryOp {
   detail::FullAttrs a_;
 };
 
-KILN_REGISTER_OP("full", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+KILN_REGISTER_OP("full", (OpSchema{{"like?"}, {"y"}}), [](const Attrs& a) -> OpPtr {
   return std::make_shared<const FullOp>(detail::FactorySpec::from_json(a), a.f("value"),
                                         a.b("wrapped_number"));
 });
@@ -77,6 +77,14 @@ Tensor run_full(const char* fn, Shape shape, double value, const TensorOptions& 
       detail::run_factory(fn, spec, std::make_shared<const FullOp>(spec, value, wrapped), loc);
   t.impl()->is_wrapped_number_ = wrapped;  // also on meta, where no kernel runs
   return t;
+}
+
+// full with like's shape (Note [like factories]).
+Tensor run_full_like(const char* fn, const Tensor& like, double value, std::optional<DType> dtype,
+                     const Loc& loc) {
+  detail::FactorySpec spec{{}, like_options(like, dtype), true};
+  return detail::run_factory(fn, spec, std::make_shared<const FullOp>(spec, value, false), loc,
+                             like);
 }
 
 }  // namespace
@@ -102,15 +110,15 @@ Tensor empty_like(const Tensor& like, std::optional<DType> dtype) {
 }
 
 Tensor zeros_like(const Tensor& like, std::optional<DType> dtype) {
-  return full(like.shape(), 0.0, like_options(like, dtype));
+  return run_full_like("zeros_like", like, 0.0, dtype, Loc::current());
 }
 
 Tensor ones_like(const Tensor& like, std::optional<DType> dtype) {
-  return full(like.shape(), 1.0, like_options(like, dtype));
+  return run_full_like("ones_like", like, 1.0, dtype, Loc::current());
 }
 
 Tensor full_like(const Tensor& like, double value, std::optional<DType> dtype) {
-  return full(like.shape(), value, like_options(like, dtype));
+  return run_full_like("full_like", like, value, dtype, Loc::current());
 }
 
 Tensor scalar_tensor(double value, TensorOptions options) {

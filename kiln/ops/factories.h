@@ -55,6 +55,9 @@ Tensor scalar_tensor(double value, TensorOptions options = {});
 // from the same generator state).
 Tensor bernoulli_mask(Shape shape, double p, Device device = kCPU, Generator* gen = nullptr,
                       const Loc& loc = Loc::current());
+// The same with like's shape and device (Note [like factories]).
+Tensor bernoulli_mask_like(const Tensor& like, double p, Generator* gen = nullptr,
+                           const Loc& loc = Loc::current());
 
 namespace detail {
 // A number written in an expression (x * 0.5) as a zero-dim tensor that promotes like a Python

@@ -9,9 +9,13 @@
 
 namespace kiln::detail {
 
+// Note [like factories]: zeros_like(x), rand_like(x), dropout's mask take their shape from an
+// input, not from an attr (`like`): a traced graph holds no size, so the op runs for every size
+// of a symbolic dim (Note [symbolic dims]). Such an op has one input, read for its shape only.
 struct FactorySpec {
-  Shape shape;
+  Shape shape;            // the output's shape; unused (and not an attr) when `like`
   TensorOptions options;  // requires_grad is not part of the op: the caller sets it on the result
+  bool like = false;      // the shape is the input's (Note [like factories])
 
   nlohmann::json json() const;
   static FactorySpec from_json(const Attrs& a);
@@ -33,6 +37,8 @@ class FactoryOp : public Op {
 
 // Dispatches a factory op and marks the result as a leaf that requires grad when asked. Size
 // errors and running out of memory name `fn`, the function the user called (zeros, ones_like).
-Tensor run_factory(const char* fn, const FactorySpec& spec, const OpPtr& op, const Loc& loc);
+// A `like` spec takes its shape from `like`, the op's one input.
+Tensor run_factory(const char* fn, const FactorySpec& spec, const OpPtr& op, const Loc& loc,
+                   const Tensor& like = Tensor());
 
 }  // namespace kiln::detail

@@ -201,18 +201,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     // An empty batch (N = 0) gives an empty output and leaves the running statistics as they
     // were, as in PyTorch.
     if (per_channel == 0) return out[0];
+    // One op per statistic, reading n from x (Note [running statistics]).
     NoGradGuard no_grad;
-    const double n = static_cast<double>(per_channel);
-    if (running_mean.defined()) {
-      Tensor batch = to_dtype(out[1], running_mean.dtype(), loc);
-      Tensor rm = running_mean;  // a handle sharing the caller's tensor
-      rm.copy_(add(mul(rm, 1.0 - momentum, loc), mul(batch, momentum, loc), loc), loc);
-    }
-    if (running_var.defined()) {
-      Tensor unbiased = mul(to_dtype(out[2], running_var.dtype(), loc), n / (n - 1.0), loc);
-      Tensor rv = running_var;
-      rv.copy_(add(mul(rv, 1.0 - momentum, loc), mul(unbiased, momentum, loc), loc), loc);
-    }
+    if (running_mean.defined())
+      detail::running_stat_update(running_mean, to_dtype(out[1], running_mean.dtype(), loc), x,
+                                  momentum, false, loc);
+    if (running_var.defined())
+      detail::running_stat_update(running_var, to_dtype(out[2], running_var.dtype(), loc), x,
+                                  momentum, true, loc);
     return out[0];
   }
   if (!running_mean.defined() || !running_var.defined())

@@ -45,4 +45,16 @@ struct BatchNormBackwardAttrs {
 };
 const BatchNormBackwardAttrs& batch_norm_backward_attrs(const Op& op);
 
+// The attributes of running_stat_update (running_stats.cpp, Note [running statistics]).
+struct RunningStatAttrs {
+  double momentum = 0.1;
+  bool unbiased = false;  // the variance: scale the batch's biased variance by n / (n - 1)
+};
+const RunningStatAttrs& running_stat_attrs(const Op& op);
+
+// Dispatches running_stat_update: running <- (1 - momentum) * running + momentum * batch_stat
+// (times n / (n - 1) when unbiased, n = x's elements per channel), in place.
+void running_stat_update(const Tensor& running, const Tensor& batch_stat, const Tensor& x,
+                         double momentum, bool unbiased, const Loc& loc = Loc::current());
+
 }  // namespace kiln::detail

@@ -116,6 +116,21 @@ class Op {
   // write to a tensor's memory outside a kernel's own outputs is such an op (copy_, fill_,
   // optimizer updates), so the op stream is the whole program.
   virtual uint64_t mutates() const { return 0; }
+  // Note [random effects]: a random op (rand, randn, randint, bernoulli) draws from the generator
+  // state its attrs hold (Note [random ops]). random_blocks says how many blocks of the stream an
+  // execution with these outputs draws (Note [random streams]); at_stream rebuilds the op drawing
+  // from another state. The graph executor reserves fresh blocks of the default generator for
+  // every random node on every run (Note [graph executor]), so a graph draws new numbers on each
+  // call, the ones eager code would draw at that point of the stream.
+  virtual bool draws_random() const { return false; }
+  virtual uint64_t random_blocks(const std::vector<TensorMeta>& outputs) const {
+    (void)outputs;
+    return 0;
+  }
+  virtual std::shared_ptr<const Op> at_stream(uint64_t seed, uint64_t offset) const {
+    (void)seed, (void)offset;
+    return nullptr;
+  }
   // Floating-point operations of one execution, for the profiler's GFLOP/s (0: not counted).
   virtual double flops(const std::vector<Tensor>& inputs,
                        const std::vector<Tensor>& outputs) const {

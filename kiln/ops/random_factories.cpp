@@ -57,6 +57,18 @@ class RandomOp final : public detail::FactoryOp {
     if (a_.dist == Dist::kBernoulli) j["p"] = attr_double(a_.draw.p);
     return j;
   }
+  // Note [random effects].
+  bool draws_random() const override { return true; }
+  uint64_t random_blocks(const std::vector<TensorMeta>& outputs) const override {
+    return kiln::random_blocks(shape_numel(outputs.at(0).shape),
+                               wide(a_.dist, spec_.options.dtype, a_.draw));
+  }
+  OpPtr at_stream(uint64_t seed, uint64_t offset) const override {
+    Draw d = a_.draw;
+    d.seed = seed;
+    d.offset = offset;
+    return std::make_shared<const RandomOp>(a_.dist, spec_, d);
+  }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const DType dt = spec_.options.dtype;
     if ((a_.dist == Dist::kUniform || a_.dist == Dist::kNormal) && !is_floating(dt))
@@ -84,10 +96,10 @@ OpPtr make_random(const Attrs& a) {
   return std::make_shared<const RandomOp>(kDist, detail::FactorySpec::from_json(a), d);
 }
 
-KILN_REGISTER_OP("rand", (OpSchema{{}, {"y"}}), make_random<Dist::kUniform>);
-KILN_REGISTER_OP("randn", (OpSchema{{}, {"y"}}), make_random<Dist::kNormal>);
-KILN_REGISTER_OP("randint", (OpSchema{{}, {"y"}}), make_random<Dist::kRandint>);
-KILN_REGISTER_OP("bernoulli", (OpSchema{{}, {"mask"}}), make_random<Dist::kBernoulli>);
+KILN_REGISTER_OP("rand", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kUniform>);
+KILN_REGISTER_OP("randn", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kNormal>);
+KILN_REGISTER_OP("randint", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kRandint>);
+KILN_REGISTER_OP("bernoulli", (OpSchema{{"like?"}, {"mask"}}), make_random<Dist::kBernoulli>);
 
 }  // namespace
 
@@ -100,12 +112,19 @@ const detail::RandomAttrs& detail::random_attrs(const Op& op) {
 namespace {
 
 // Checks, reserves the blocks (not on meta), and dispatches; errors name `fn`.
+// With `like` defined, the op takes its shape from it (Note [like factories]).
 Tensor run_random(const char* fn, Dist dist, Shape shape, TensorOptions options, Draw draw,
-                  Generator* gen, const Loc& loc) {
+                  Generator* gen, const Loc& loc, const Tensor& like = Tensor()) {
   if ((dist == Dist::kUniform || dist == Dist::kNormal) && !is_floating(options.dtype))
     fail(fn, loc, "expected a floating-point dtype, but got {}", dtype_name(options.dtype));
+  const bool is_like = like.defined();
+  if (is_like) shape = like.shape();
   detail::check_allocation(fn, shape, options, loc);
-  RandomOp(dist, {shape, options}, draw).infer({}, loc);  // errors before the generator moves
+  // Errors before the generator moves.
+  if (is_like)
+    RandomOp(dist, {{}, options, true}, draw).infer({like}, loc);
+  else
+    RandomOp(dist, {shape, options}, draw).infer({}, loc);
   Generator& g = gen ? *gen : default_generator();
   const int64_t n = shape_numel(shape);
   Generator::State s =
@@ -114,8 +133,9 @@ Tensor run_random(const char* fn, Dist dist, Shape shape, TensorOptions options,
           : g.reserve_with_seed(random_blocks(n, wide(dist, options.dtype, draw)), loc);
   draw.seed = s.seed;
   draw.offset = s.offset;
-  detail::FactorySpec spec{std::move(shape), options};
-  return detail::run_factory(fn, spec, std::make_shared<const RandomOp>(dist, spec, draw), loc);
+  detail::FactorySpec spec{is_like ? Shape{} : std::move(shape), options, is_like};
+  return detail::run_factory(fn, spec, std::make_shared<const RandomOp>(dist, spec, draw), loc,
+                             like);
 }
 
 }  // namespace
@@ -129,13 +149,13 @@ Tensor randn(Shape shape, TensorOptions options, Generator* gen, const Loc& loc)
 }
 
 Tensor rand_like(const Tensor& like, Generator* gen) {
-  return run_random("rand_like", Dist::kUniform, like.shape(), {like.dtype(), like.device()}, {},
-                    gen, Loc::current());
+  return run_random("rand_like", Dist::kUniform, {}, {like.dtype(), like.device()}, {}, gen,
+                    Loc::current(), like);
 }
 
 Tensor randn_like(const Tensor& like, Generator* gen) {
-  return run_random("randn_like", Dist::kNormal, like.shape(), {like.dtype(), like.device()}, {},
-                    gen, Loc::current());
+  return run_random("randn_like", Dist::kNormal, {}, {like.dtype(), like.device()}, {}, gen,
+                    Loc::current(), like);
 }
 
 Tensor randint(int64_t low, int64_t high, Shape shape, TensorOptions options, Generator* gen,
@@ -150,6 +170,13 @@ Tensor bernoulli_mask(Shape shape, double p, Device device, Generator* gen, cons
   d.p = p;
   return run_random("bernoulli", Dist::kBernoulli, std::move(shape), {DType::Bool, device}, d, gen,
                     loc);
+}
+
+Tensor bernoulli_mask_like(const Tensor& like, double p, Generator* gen, const Loc& loc) {
+  Draw d;
+  d.p = p;
+  return run_random("bernoulli", Dist::kBernoulli, {}, {DType::Bool, like.device()}, d, gen, loc,
+                    like);
 }
 
 }  // namespace kiln

@@ -351,6 +351,47 @@ class FlattenOp final : public ShapeRuleOp {
   int64_t start_, end_;
 };
 
+class UnflattenOp final : public ShapeRuleOp {
+ public:
+  UnflattenOp(int64_t dim, Shape sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  const char* name() const override { return "unflatten"; }
+  nlohmann::json attrs() const override { return {{"dim", dim_}, {"sizes", sizes_}}; }
+  Shape target(const Tensor& x, const Loc& loc) const override {
+    const int64_t d = wrap_dim(dim_, x.dim(), "unflatten", loc);
+    const int64_t have = x.shape()[d];
+    Shape sizes = sizes_;
+    int64_t known = 1, unknown = -1;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] == -1 && unknown < 0) {
+        unknown = static_cast<int64_t>(i);
+        continue;
+      }
+      if (sizes[i] < 0)
+        fail("unflatten", loc, "expected sizes >= 0 with at most one -1, but got {} for {}",
+             shape_str(sizes_), x.describe());
+      known *= sizes[i];
+    }
+    if (unknown >= 0) {
+      if (known == 0)
+        fail("unflatten", loc, "cannot infer the -1 in sizes {} when the others multiply to 0",
+             shape_str(sizes_));
+      sizes[static_cast<size_t>(unknown)] = have / known;
+      known *= have / known;
+    }
+    if (sizes.empty() || known != have)
+      fail("unflatten", loc, "expected sizes that multiply to dim {}'s size {}, but got {} for {}",
+           d, have, shape_str(sizes_), x.describe());
+    Shape shape(x.shape().begin(), x.shape().begin() + d);
+    shape.insert(shape.end(), sizes.begin(), sizes.end());
+    shape.insert(shape.end(), x.shape().begin() + d + 1, x.shape().end());
+    return shape;
+  }
+
+ private:
+  int64_t dim_;
+  Shape sizes_;
+};
+
 // Note [detach]: an alias of x (same storage and geometry) without x's history. It is an op so that
 // every mode sees it: a tracer records where the alias comes from, and the tape never records it
 // (not differentiable), which is what cuts the history. The alias is a view only if x is one.
@@ -395,6 +436,9 @@ KILN_REGISTER_OP("unsqueeze", kViewSchema, [](const Attrs& a) -> OpPtr {
 });
 KILN_REGISTER_OP("flatten", kViewSchema, [](const Attrs& a) -> OpPtr {
   return std::make_shared<const FlattenOp>(a.i("start"), a.i("end"));
+});
+KILN_REGISTER_OP("unflatten", kViewSchema, [](const Attrs& a) -> OpPtr {
+  return std::make_shared<const UnflattenOp>(a.i("dim"), a.ints("sizes"));
 });
 KILN_REGISTER_OP("permute", kViewSchema, [](const Attrs& a) -> OpPtr {
   return std::make_shared<const PermuteOp>(a.ints("dims"));
@@ -514,6 +558,11 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
   if (!view_strides(x.shape(), x.strides(), op.target(x, loc)))
     return detail::release_view(call_op<FlattenOp>({contiguous(x, loc)}, loc, start, end));
   return call_op<FlattenOp>({x}, loc, start, end);
+}
+
+// Always a view: splitting one dim never needs other strides.
+Tensor unflatten(const Tensor& x, int64_t dim, Shape sizes, const Loc& loc) {
+  return call_op<UnflattenOp>({x}, loc, dim, std::move(sizes));
 }
 
 Tensor detach(const Tensor& x, const Loc& loc) {

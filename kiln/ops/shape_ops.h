@@ -30,6 +30,9 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt,
 Tensor unsqueeze(const Tensor& x, int64_t dim, const Loc& loc = Loc::current());
 Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1,
                const Loc& loc = Loc::current());
+// Splits dim `dim` into `sizes` (one of them may be -1), as torch.unflatten: the other dims keep
+// whatever size they have, so a trace holds no batch size (Note [size-free shape attrs]).
+Tensor unflatten(const Tensor& x, int64_t dim, Shape sizes, const Loc& loc = Loc::current());
 // Copies into a fresh contiguous tensor (differentiable).
 Tensor clone(const Tensor& x, const Loc& loc = Loc::current());
 // Returns x itself when already contiguous, else clone(x).

@@ -91,17 +91,8 @@ TEST(Function, ALoopOverADynamicSizeIsAnError) {
 
 // A traced draw would repeat on every call (the compiled-dropout bug): refused until random
 // draws are graph state.
-TEST(Function, ARandomDrawIsRefusedNotBakedIntoTheGraph) {
-  for (bool symbolic : {true, false}) {
-    SCOPED_TRACE(symbolic ? "symbolic batch" : "static shape");
-    test::expect_error(
-        [&] {
-          function([](const Tensors& in) { return Tensors{dropout(in[0], 0.5, true)}; },
-                   {symbolic ? TensorSpec({"batch", 4}) : TensorSpec({2, 4})});
-        },
-        {"[trace]", "bernoulli draws random numbers", "repeat this one draw on every call",
-         "test_function.cpp"});
-  }
+// Random draws in graphs: tests/graph/test_effects.cpp.
+TEST(Function, DropoutInEvalModeTracesToTheIdentity) {
   Function eval = function([](const Tensors& in) { return Tensors{dropout(in[0], 0.5, false)}; },
                            {TensorSpec({"batch", 4})});
   test::expect_bit_identical(eval({ones({3, 4})})[0], ones({3, 4}));

@@ -51,23 +51,12 @@ void expect_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want
   }
 }
 
-// Samples the tracer cannot capture yet, and why (issue 14's note lists them as next steps). Each
-// entry is a known gap, not a pass: remove it when the gap closes.
-std::string known_gap(const Case& c) {
-  const std::string& op = c.op;
-  if (op == "rand" || op == "randn" || op == "randint" || op == "bernoulli" || op == "dropout")
-    return "the tracer refuses random draws until the generator is graph state (Note "
-           "[tracer]): a graph would repeat one draw";
-  return "";
-}
-
 TEST_P(RegistryTraced, TracedAndRoundTrippedGraphsEqualEager) {
   const OpSample& s = GetParam().sample;
   if (!s.runs_on_meta) GTEST_SKIP() << "the public API needs memory";
-  if (const std::string gap = known_gap(GetParam()); !gap.empty()) GTEST_SKIP() << gap;
-  // Random ops take their draw's seed and offset from the generator when the op is made; the
-  // trace makes the same ops in the same order as eager, so from the same seed it records the
-  // draws eager made.
+  // A random node draws fresh blocks of the default generator on every run (Note [random
+  // effects]), the ones eager draws at that point of the stream: each run starts from the seed
+  // eager started from.
   manual_seed(1234);
   std::vector<Tensor> eager_in = copies(s.inputs);
   const std::vector<Tensor> eager = s.fn(eager_in);
@@ -77,6 +66,7 @@ TEST_P(RegistryTraced, TracedAndRoundTrippedGraphsEqualEager) {
   ASSERT_FALSE(g.nodes.empty() && eager.size() && g.captures.empty() && g.inputs.empty());
 
   std::vector<Tensor> run_in = copies(s.inputs);
+  manual_seed(1234);
   expect_same(run(g, run_in), eager, "traced output");
   expect_same(run_in, eager_in, "input after the traced run (in-place effects)");
 
@@ -87,6 +77,7 @@ TEST_P(RegistryTraced, TracedAndRoundTrippedGraphsEqualEager) {
   EXPECT_EQ(to_json(loaded), doc) << "the JSON round trip is exact";
   EXPECT_EQ(to_text(loaded), to_text(g));
   std::vector<Tensor> loaded_in = copies(s.inputs);
+  manual_seed(1234);
   expect_same(run(loaded, loaded_in), eager, "loaded graph output");
   expect_same(loaded_in, eager_in, "input after the loaded graph's run");
 }

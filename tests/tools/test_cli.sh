@@ -32,6 +32,21 @@ expect_error "$tmp/empty" train --model mlp --data-dir "$tmp/empty" --out "$tmp/
 "$kiln" summary --model cnn >"$tmp/summary.txt"
 grep -q "421,834" "$tmp/summary.txt" || fail "summary lacks the cnn's parameter count"
 
+# kiln graph: text, JSON, DOT and (graphviz is a setup package) SVG of a traced model.
+"$kiln" graph --model cnn --out "$tmp/graph" >"$tmp/graph.log"
+grep -Eq "[0-9]+ nodes, [0-9]+ captures" "$tmp/graph.log" || fail "kiln graph: $(cat "$tmp/graph.log")"
+grep -Eq "= conv2d(_affine)?\(%0, %[0-9]+" "$tmp/graph/graph.txt" ||
+  fail "graph.txt lacks the first convolution: $(head -5 "$tmp/graph/graph.txt")"
+grep -q "x: float32\[batch, 1, 28, 28\]" "$tmp/graph/graph.txt" || fail "graph.txt lacks the symbolic input"
+grep -q '"format": "kiln.graph"' "$tmp/graph/graph.json" || fail "graph.json is not a kiln.graph document"
+grep -q "^digraph" "$tmp/graph/graph.dot" || fail "graph.dot is not DOT"
+grep -q "<svg" "$tmp/graph/graph.svg" || fail "graph.svg is not SVG"
+grep -q "conv1.weight" "$tmp/graph/graph.svg" || fail "graph.svg does not name the captures"
+"$kiln" graph --model resnet18 --data cifar10 --mode train --out "$tmp/graph_rn" >"$tmp/graph_rn.log"
+grep -q "running_stat_update" "$tmp/graph_rn/graph.txt" || fail "a training-mode graph updates running statistics"
+expect_error "--out" graph --model cnn
+expect_error "--mode" graph --mode predict --out "$tmp/g2"
+
 small=(--model mlp --train-samples 2048 --batch-size 256 --workers 2 --seed 3)
 "$kiln" train "${small[@]}" --epochs 2 --out "$tmp/straight" >"$tmp/straight.log"
 grep -q "Test accuracy: " "$tmp/straight.log" || fail "no test accuracy in the output"

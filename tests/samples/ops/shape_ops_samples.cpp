@@ -142,6 +142,29 @@ KILN_REGISTER_OP_SAMPLES("expand", [] {
   };
 });
 
+KILN_REGISTER_OP_SAMPLES("unflatten", [] {
+  return std::vector<OpSample>{
+      {"last_dim",
+       {sample_tensor({2, 12}, 49)},
+       one([](const Tensor& x) {
+         return unflatten(x, -1, {3, 4});
+       }),
+       "a0.unflatten(-1, (3, 4))"},
+      {"inferred_size_of_a_transpose",
+       {sample_tensor({6, 5}, 50)},
+       one([](const Tensor& x) {
+         return unflatten(x.t(), 1, {-1, 2});
+       }),
+       "a0.t().unflatten(1, (-1, 2))"},
+      {"empty_batch",
+       {sample_tensor({0, 6}, 51)},
+       one([](const Tensor& x) {
+         return unflatten(x, 1, {2, 3});
+       }),
+       "a0.unflatten(1, (2, 3))"},
+  };
+});
+
 KILN_REGISTER_OP_SAMPLES("flatten", [] {
   return std::vector<OpSample>{
       {"from_dim_1",
