@@ -18,6 +18,7 @@
 #include "kiln/data/pipeline.h"
 #include "kiln/data/subset.h"
 #include "kiln/data/transforms.h"
+#include "kiln/graph/control_flow.h"
 #include "kiln/graph/dot.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/serialize.h"

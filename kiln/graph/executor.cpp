@@ -64,6 +64,9 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
   std::vector<Tensor> env(g.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs[i])] = inputs[i];
   for (const Capture& c : g.captures) env[static_cast<size_t>(c.value)] = c.tensor;
+  // A shape-only run (a subgraph's inference, Note [control flow]) draws nothing.
+  const bool meta_run = std::any_of(inputs.begin(), inputs.end(),
+                                    [](const Tensor& t) { return t.defined() && t.is_meta(); });
   std::vector<Tensor> args;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
@@ -74,7 +77,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
       const Loc& at = node.loc ? *node.loc : loc;
       OpPtr op = node.op;
       // Fresh numbers on every run, from the default generator (Note [random effects]).
-      if (op->draws_random()) {
+      if (op->draws_random() && !meta_run) {
         const uint64_t blocks = op->random_blocks(op->infer(args, at));
         const Generator::State s = default_generator().reserve_with_seed(blocks, at);
         op = op->at_stream(s.seed, s.offset);

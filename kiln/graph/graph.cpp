@@ -91,6 +91,12 @@ std::string format_attrs(const nlohmann::json& attrs) {
     if (!first) out += ", ";
     first = false;
     const nlohmann::json& v = it.value();
+    // A subgraph (cond's branches, Note [control flow]) in a few words.
+    if (v.is_object() && v.value("format", "") == "kiln.graph") {
+      out += fmt::format("{}=<graph '{}': {} nodes>", it.key(), v.value("name", ""),
+                         v.contains("nodes") ? v["nodes"].size() : 0);
+      continue;
+    }
     out += it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   }
   return out + "}";

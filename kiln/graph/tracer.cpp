@@ -20,6 +20,11 @@ SourceLine source_line(const Loc& loc) {
 
 struct Tracer::State {
   Graph graph;
+  // The trace this one is nested in (a branch of kiln::cond traced inside a traced function),
+  // and how many nested traces suspend this one now: while suspended it records nothing, so a
+  // branch's ops go into the branch's graph only (Note [control flow]).
+  State* outer = nullptr;
+  int suspended = 0;
   // Which value each tensor the trace has seen holds, by TensorImpl: graph inputs, captures
   // (their real tensor and their meta stand-in) and node outputs.
   std::unordered_map<const TensorImpl*, int> value_of;
@@ -41,6 +46,14 @@ struct Tracer::State {
 
   int value_for_input(const Tensor& t, const OpCall& call) {
     if (auto it = value_of.find(t.impl()); it != value_of.end()) return it->second;
+    // A value of an enclosing trace (a branch reading a tensor the outer function computed) is
+    // a capture of this graph; the outer trace records where it comes from.
+    for (State* o = outer; t.is_meta() && o; o = o->outer)
+      if (o->value_of.count(t.impl())) {
+        const int id = graph.add_value(t.dtype(), static_shape(t.shape()));
+        graph.captures.push_back({id, t});
+        return bind(t, id, t);
+      }
     if (t.is_meta())
       fail("trace", call.loc,
            "'{}': {} reads {}, a meta tensor that is neither an input of the traced function nor "
@@ -61,6 +74,7 @@ class TraceMode final : public DispatchMode {
  public:
   explicit TraceMode(Tracer::State* state) : state_(state) {}
   const char* name() const override { return "tracer"; }
+  bool intercepts(const OpCall&) const override { return state_->suspended == 0; }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
     Tracer::State& st = *state_;
     Node node;
@@ -187,6 +201,8 @@ void Tracer::start() {
   guard_ = std::make_unique<DispatchModeGuard>(std::make_shared<TraceMode>(state_.get()));
   mixed_ = std::make_unique<detail::MixedMetaScope>();
   outer_trace_ = active_trace;
+  state_->outer = outer_trace_;
+  if (outer_trace_) ++outer_trace_->suspended;
   active_trace = state_.get();
   outer_hook_ = detail::set_value_read_hook(on_value_read);
 }
@@ -195,6 +211,7 @@ void Tracer::stop() {
   if (!guard_) return;
   detail::set_value_read_hook(outer_hook_);
   active_trace = outer_trace_;
+  if (outer_trace_) --outer_trace_->suspended;
   mixed_.reset();
   guard_.reset();
 }

@@ -67,10 +67,10 @@ class Tracer {
  private:
   std::shared_ptr<State> state_;
   std::unique_ptr<DispatchModeGuard> guard_;
-  std::unique_ptr<detail::MixedMetaScope> mixed_;
+  std::unique_ptr<kiln::detail::MixedMetaScope> mixed_;
   // What start() replaced on this thread (Note [value reads]); stop() puts them back.
   State* outer_trace_ = nullptr;
-  detail::ValueReadHook outer_hook_ = nullptr;
+  kiln::detail::ValueReadHook outer_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

@@ -22,7 +22,7 @@ using test::RegistryCase;
 // Runs a sample without gradients, then forward and backward (inputs as leaves that require
 // grad, like the coverage test), and returns every op call it made, with copies of the values.
 std::vector<test::RecordedCall> record_sample(const OpSample& s) {
-  test::RecordOps record(/*copy_values=*/true);
+  test::RecordOps record(/*copy_values=*/true, /*skip_traces=*/true);
   {
     NoGradGuard no_grad;
     s.fn(s.inputs);

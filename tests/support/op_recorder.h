@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/graph/tracer.h"
 #include "kiln/ops/dispatch_mode.h"
 
 namespace kiln::test {
@@ -22,8 +23,14 @@ class OpRecorder final : public DispatchMode {
  public:
   // copy_values: keep copies of the inputs (taken before the op runs) and of the outputs, so that
   // a later in-place update does not change what was recorded.
-  explicit OpRecorder(bool copy_values = false) : copy_values_(copy_values) {}
+  // skip_traces: ignore the calls a tracer makes on its meta stand-ins (a sample that traces
+  // subgraphs, Note [control flow]): they are not eager calls of the sample.
+  explicit OpRecorder(bool copy_values = false, bool skip_traces = false)
+      : copy_values_(copy_values), skip_traces_(skip_traces) {}
   const char* name() const override { return "test_recorder"; }
+  bool intercepts(const OpCall&) const override {
+    return !(skip_traces_ && graph::Tracer::active());
+  }
   std::vector<Tensor> handle(const OpCall& call, DispatchNext& next) override {
     RecordedCall rec{call.op, call.inputs, {}, call.loc, GradMode::is_enabled()};
     if (copy_values_) rec.inputs = copies(rec.inputs);
@@ -42,6 +49,7 @@ class OpRecorder final : public DispatchMode {
     return ts;
   }
   bool copy_values_;
+  bool skip_traces_;
 };
 
 // Sets grad mode for its lifetime (a recorded call replays under the mode it ran in).
@@ -58,8 +66,8 @@ class GradModeScope {
 
 // Pushes an OpRecorder for its lifetime.
 struct RecordOps {
-  explicit RecordOps(bool copy_values = false)
-      : recorder(std::make_shared<OpRecorder>(copy_values)), guard(recorder) {}
+  explicit RecordOps(bool copy_values = false, bool skip_traces = false)
+      : recorder(std::make_shared<OpRecorder>(copy_values, skip_traces)), guard(recorder) {}
   std::vector<RecordedCall>& calls() { return recorder->calls; }
   std::shared_ptr<OpRecorder> recorder;
   DispatchModeGuard guard;
