@@ -246,10 +246,28 @@ class GraphTask {
 
 }  // namespace
 
+namespace {
+thread_local detail::GradInputHook grad_input_hook = nullptr;
+}  // namespace
+
+detail::GradInputHook detail::set_grad_input_hook(GradInputHook hook) {
+  GradInputHook old = grad_input_hook;
+  grad_input_hook = hook;
+  return old;
+}
+
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,
                          bool create_graph, bool allow_unused, const Loc& loc) {
   if (inputs.empty()) fail("grad", loc, "expected at least one input, but got none");
+  if (grad_input_hook) {
+    // The stand-ins a trace's tape holds (Note [traced gradients]).
+    std::vector<Tensor> resolved;
+    resolved.reserve(inputs.size());
+    for (const Tensor& t : inputs) resolved.push_back(t.defined() ? grad_input_hook(t) : t);
+    return GraphTask(retain_graph || create_graph, create_graph, loc)
+        .run(outputs, grad_outputs, resolved, allow_unused);
+  }
   return GraphTask(retain_graph || create_graph, create_graph, loc)
       .run(outputs, grad_outputs, inputs, allow_unused);
 }

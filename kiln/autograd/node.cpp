@@ -96,8 +96,11 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
          "saved tensors were freed by the first backward. Pass retain_graph=true to the first "
          "backward() or grad() to keep them",
          name(), format_location(loc));
+  // Zeros for a floating output no gradient reached; an integer or bool output (max_pool2d's
+  // indices) has no gradient, stays undefined, and costs no tensor of its shape (which a traced
+  // backward would bake as a size, Note [symbolic dims]).
   for (size_t i = 0; i < grads.size(); ++i)
-    if (!grads[i].defined())
+    if (!grads[i].defined() && is_floating(output_metas_[i].dtype))
       grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});
   auto self = shared_from_this();
   std::vector<Tensor> inputs, outputs;

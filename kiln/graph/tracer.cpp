@@ -4,6 +4,7 @@
 
 #include <unordered_map>
 
+#include "kiln/autograd/engine.h"
 #include "kiln/core/call_site.h"
 #include "kiln/core/rng.h"
 #include "kiln/ops/op_factory.h"
@@ -34,9 +35,14 @@ struct Tracer::State {
   // for another tensor during the trace.
   std::vector<Tensor> keep;
 
+  // The values each meta storage holds, for aliases made where the tracer does not look (the
+  // tape saves a detached alias of an output; its backward then reads it).
+  std::unordered_map<const Storage*, std::vector<int>> by_storage;
+
   int bind(const Tensor& t, int value, const Tensor& meta) {
     value_of[t.impl()] = value;
     value_of[meta.impl()] = value;
+    by_storage[meta.storage().get()].push_back(value);
     if (stand_in.size() <= static_cast<size_t>(value)) stand_in.resize(value + 1);
     stand_in[static_cast<size_t>(value)] = meta;
     keep.push_back(t);
@@ -46,6 +52,18 @@ struct Tracer::State {
 
   int value_for_input(const Tensor& t, const OpCall& call) {
     if (auto it = value_of.find(t.impl()); it != value_of.end()) return it->second;
+    // An alias of a value with its geometry (a tensor the tape saved) is that value.
+    if (t.is_meta())
+      if (auto it = by_storage.find(t.storage().get()); it != by_storage.end())
+        for (int id : it->second) {
+          const Tensor& s = stand_in[static_cast<size_t>(id)];
+          if (s.dtype() == t.dtype() && s.shape() == t.shape() && s.strides() == t.strides() &&
+              s.storage_offset() == t.storage_offset()) {
+            value_of[t.impl()] = id;
+            keep.push_back(t);
+            return id;
+          }
+        }
     // A value of an enclosing trace (a branch reading a tensor the outer function computed) is
     // a capture of this graph; the outer trace records where it comes from.
     for (State* o = outer; t.is_meta() && o; o = o->outer)
@@ -153,6 +171,14 @@ thread_local Tracer::State* active_trace = nullptr;
        st.graph.name, value, what);
 }
 
+// Note [traced gradients]: the stand-in a captured tensor is seen as.
+Tensor stand_in_for_grad(const Tensor& t) {
+  if (!active_trace) return t;
+  const Tracer::State& st = *active_trace;
+  auto it = st.value_of.find(t.impl());
+  return it == st.value_of.end() ? t : st.stand_in[static_cast<size_t>(it->second)];
+}
+
 }  // namespace
 
 bool Tracer::active() {
@@ -205,11 +231,13 @@ void Tracer::start() {
   if (outer_trace_) ++outer_trace_->suspended;
   active_trace = state_.get();
   outer_hook_ = detail::set_value_read_hook(on_value_read);
+  outer_grad_hook_ = detail::set_grad_input_hook(stand_in_for_grad);
 }
 
 void Tracer::stop() {
   if (!guard_) return;
   detail::set_value_read_hook(outer_hook_);
+  detail::set_grad_input_hook(outer_grad_hook_);
   active_trace = outer_trace_;
   if (outer_trace_) --outer_trace_->suspended;
   mixed_.reset();

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autograd/engine.h"
 #include "kiln/graph/graph.h"
 #include "kiln/graph/tensor_spec.h"
 #include "kiln/ops/dispatch_mode.h"
@@ -71,6 +72,7 @@ class Tracer {
   // What start() replaced on this thread (Note [value reads]); stop() puts them back.
   State* outer_trace_ = nullptr;
   kiln::detail::ValueReadHook outer_hook_ = nullptr;
+  kiln::detail::GradInputHook outer_grad_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

@@ -35,6 +35,12 @@ Shape as_rows(const Shape& s) {
   return {shape_numel(Shape(s.begin(), s.end() - 1)), s.back()};
 }
 
+// x as a matrix of rows [prod(leading dims), last], without naming the row count, so a traced
+// gradient serves every batch size (Note [size-free shape attrs]).
+Tensor rows_of(const Tensor& x, const Loc& loc) {
+  return x.dim() == 1 ? unsqueeze(x, 0, loc) : flatten(x, 0, -2, loc);
+}
+
 Shape with_tail(Shape s, std::initializer_list<int64_t> tail) {
   s.insert(s.end(), tail);
   return s;
@@ -194,8 +200,7 @@ class LinearOp final : public CompositeOp {
     std::vector<Tensor> grads(ctx.input_metas.size());
     if (ctx.needs_grad[0]) grads[0] = matmul(g, ctx.inputs[1], loc);
     if (ctx.needs_grad[1])
-      grads[1] = matmul(transpose(reshape(g, as_rows(g.shape()), loc), 0, 1, loc),
-                        reshape(ctx.inputs[0], as_rows(ctx.input_metas[0].shape), loc), loc);
+      grads[1] = matmul(transpose(rows_of(g, loc), 0, 1, loc), rows_of(ctx.inputs[0], loc), loc);
     if (has_bias_ && ctx.needs_grad[2]) grads[2] = sum_to(g, ctx.input_metas[2].shape, loc);
     return grads;
   }

@@ -309,6 +309,13 @@ class SqueezeOp final : public ShapeRuleOp {
     }
     return shape;
   }
+  // Size-free where the dim is named: the gradient graph of a trace serves every batch.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Shape& in = ctx.input_metas[0].shape;
+    if (!dim_ || in.empty()) return ShapeRuleOp::vjp(ctx);
+    const int64_t d = wrap_dim(*dim_, static_cast<int64_t>(in.size()), "squeeze");
+    return {in[static_cast<size_t>(d)] == 1 ? unsqueeze(ctx.grads[0], d) : ctx.grads[0]};
+  }
 
  private:
   std::optional<int64_t> dim_;
@@ -323,6 +330,10 @@ class UnsqueezeOp final : public ShapeRuleOp {
     Shape shape = x.shape();
     shape.insert(shape.begin() + wrap_dim(dim_, x.dim() + 1, "unsqueeze", loc), 1);
     return shape;
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const auto rank = static_cast<int64_t>(ctx.input_metas[0].shape.size());
+    return {squeeze(ctx.grads[0], wrap_dim(dim_, rank + 1, "unsqueeze"))};
   }
 
  private:
@@ -345,6 +356,14 @@ class FlattenOp final : public ShapeRuleOp {
     shape.push_back(n);
     shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
     return shape;
+  }
+  // The flattened dims' sizes only, so the batch stays symbolic in a traced backward.
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const Shape& in = ctx.input_metas[0].shape;
+    if (in.empty()) return ShapeRuleOp::vjp(ctx);
+    const auto rank = static_cast<int64_t>(in.size());
+    const int64_t s = wrap_dim(start_, rank, "flatten"), e = wrap_dim(end_, rank, "flatten");
+    return {unflatten(ctx.grads[0], s, Shape(in.begin() + s, in.begin() + e + 1))};
   }
 
  private:
@@ -385,6 +404,11 @@ class UnflattenOp final : public ShapeRuleOp {
     shape.insert(shape.end(), sizes.begin(), sizes.end());
     shape.insert(shape.end(), x.shape().begin() + d + 1, x.shape().end());
     return shape;
+  }
+  std::vector<Tensor> vjp(const VjpContext& ctx) const override {
+    const auto rank = static_cast<int64_t>(ctx.input_metas[0].shape.size());
+    const int64_t d = wrap_dim(dim_, rank, "unflatten");
+    return {flatten(ctx.grads[0], d, d + static_cast<int64_t>(sizes_.size()) - 1)};
   }
 
  private:

@@ -159,5 +159,44 @@ TEST(TracedModels, ATrainingGraphCountsBatchesAndUpdatesTheRunningStatistics) {
   EXPECT_GT(sum(abs(cnn->bn1->running_mean)).item(), 0);
 }
 
+// A training step's gradients, traced: kiln::grad with respect to the real parameters inside a
+// trace differentiates with respect to their stand-ins (Note [traced gradients]), and the graph,
+// run for any batch size, gives eager's loss and gradients.
+TEST(TracedModels, ATracedTrainingStepGivesEagerLossAndGradientsForEveryBatch) {
+  for (const std::string name : {"mlp", "cnn"}) {
+    SCOPED_TRACE(name);
+    manual_seed(5);
+    auto model = make_model(name, 1, 28, 10);
+    const std::vector<Tensor> params = model->parameters();
+    auto step = [&](const Tensors& in) {
+      Tensor loss = cross_entropy((*model)(in[0]), in[1]);
+      Tensors out = kiln::grad({loss}, params);
+      out.insert(out.begin(), loss);
+      return out;
+    };
+    graph::Function f = graph::function(step,
+                                        {TensorSpec({"batch", 1, 28, 28}, DType::Float32, "x"),
+                                         TensorSpec({"batch"}, DType::Int64, "y")},
+                                        {.name = "train_step"});
+    for (int64_t batch : {4, 1}) {
+      Tensor x = randn({batch, 1, 28, 28});
+      Tensor y = randint(0, 10, {batch});
+      // Twice each: eager then graph, from the same running statistics.
+      const StateDict before = model->state_dict();
+      StateDict saved;
+      for (const auto& [k, v] : before) saved.emplace_back(k, v.clone());
+      const Tensors eager = step({x, y});
+      model->load_state_dict(saved);
+      const Tensors traced = f({x, y});
+      ASSERT_EQ(traced.size(), eager.size());
+      for (size_t i = 0; i < eager.size(); ++i) {
+        SCOPED_TRACE(i);
+        test::expect_bit_identical(traced[i], eager[i]);
+      }
+    }
+    EXPECT_EQ(f.stats().traces, 1);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::nn
