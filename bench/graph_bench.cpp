@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,23 +29,44 @@ double median_seconds(int reps, F f) {
   return t[t.size() / 2];
 }
 
-void trace_time(const char* label, std::shared_ptr<nn::Module> model, bool training,
-                graph::TensorSpec spec, int reps) {
-  model->train(training);
+// Times making a graph::function (tracing, with the two probe traces of Note [symbolic dims]).
+void report_trace(const char* label, const graph::Function::Fn& fn,
+                  const std::vector<graph::TensorSpec>& signature, int reps) {
   size_t nodes = 0;
   double s = 0;
   try {
-    s = median_seconds(reps, [&] {
-      graph::Function f =
-          graph::function([&](const Tensors& in) { return Tensors{(*model)(in[0])}; }, {spec});
-      nodes = f.graphs()[0]->nodes.size();
-    });
+    s = median_seconds(reps,
+                       [&] { nodes = graph::function(fn, signature).graphs()[0]->nodes.size(); });
   } catch (const Error& e) {
     std::printf("trace %-28s cannot be traced yet: %s\n", label, e.what());
     return;
   }
   std::printf("trace %-28s %8.2f ms  (%zu nodes; two probe traces, Note [symbolic dims])\n", label,
               s * 1e3, nodes);
+}
+
+void trace_time(const char* label, std::shared_ptr<nn::Module> model, bool training,
+                graph::TensorSpec spec, int reps) {
+  model->train(training);
+  // An eval-mode trace is an inference graph: no gradient recorded (conv + bn fuse).
+  std::optional<NoGradGuard> no_grad;
+  if (!training) no_grad.emplace();
+  report_trace(
+      label, [&](const Tensors& in) { return Tensors{(*model)(in[0])}; }, {spec}, reps);
+}
+
+// A whole training step's gradients: forward, cross-entropy, and kiln::grad with respect to every
+// parameter (Note [traced gradients]), traced with a symbolic batch.
+void trace_step_time(const char* label, std::shared_ptr<nn::Module> model, graph::TensorSpec spec,
+                     int reps) {
+  const std::vector<Tensor> params = model->parameters();
+  auto step = [&](const Tensors& in) {
+    Tensor loss = cross_entropy((*model)(in[0]), in[1]);
+    Tensors out = kiln::grad({loss}, params);
+    out.push_back(loss);
+    return out;
+  };
+  report_trace(label, step, {spec, graph::TensorSpec({"batch"}, DType::Int64)}, reps);
 }
 
 void executor_overhead(int reps) {
@@ -93,6 +115,8 @@ int main(int argc, char** argv) {
              graph::TensorSpec({"batch", 3, 32, 32}), reps);
   trace_time("resnet18 train fwd (3x32x32)", nn::resnet18(3, 10), true,
              graph::TensorSpec({"batch", 3, 32, 32}), reps);
+  trace_step_time("resnet18 train step (3x32x32)", nn::resnet18(3, 10),
+                  graph::TensorSpec({"batch", 3, 32, 32}), reps);
   trace_time("small_cnn eval (1x28x28)", nn::small_cnn(1, 10, 28), false,
              graph::TensorSpec({"batch", 1, 28, 28}), reps);
   executor_overhead(reps);

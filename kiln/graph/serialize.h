@@ -16,7 +16,9 @@ namespace kiln::graph {
 // bundle stores the tensors beside the graph, as safetensors). Loading validates everything
 // (format, version, every op through its factory, value references, the capture tensors'
 // dtypes and shapes): a bad document is a kiln::Error naming what is wrong, never a crash.
-// to_json(from_json(d)) == d for every document to_json wrote.
+// to_json(from_json(d)) == d for every document to_json wrote. A control-flow node's attrs hold
+// its subgraphs as documents of their own (Note [control flow]), checked the same way when the
+// op is rebuilt.
 constexpr int kGraphFormatVersion = 1;
 
 nlohmann::json to_json(const Graph& g);
