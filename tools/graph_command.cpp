@@ -27,6 +27,14 @@ int run_graph(const GraphArgs& args) {
   model->train(args.mode == "train");
   graph::FunctionOptions options;
   options.name = args.model;
+  options.optimize = args.optimize;
+  options.passes.freeze = args.freeze;
+  options.passes.skip = args.skip_passes;
+  if (args.freeze && !args.optimize)
+    throw Error("[kiln graph] --freeze folds constants, which is a pass: drop --no-optimize");
+  if (args.freeze && args.mode == "train")
+    throw Error("[kiln graph] --freeze is for inference graphs: a training graph updates its "
+                "parameters, so they are not constants (use --mode eval)");
   // An eval-mode graph is an inference graph: traced without recording gradients (conv + batch
   // norm then fuse into conv2d_affine, as an inference call runs). A train-mode graph records.
   std::optional<NoGradGuard> no_grad;
@@ -47,6 +55,9 @@ int run_graph(const GraphArgs& args) {
   std::cout << fmt::format("{} ({} mode) on {}x{}x{} inputs: {} nodes, {} captures\n", args.model,
                            args.mode, info.channels, info.image_size, info.image_size,
                            g.nodes.size(), g.captures.size());
+  const graph::FunctionStats stats = f.stats();
+  if (!stats.optimizations.empty())
+    std::cout << "optimized: " << stats.optimizations[0].format() << "\n";
   std::cout << "wrote " << (dir / "graph.txt").string() << ", graph.json, graph.dot";
   const std::string why =
       graph::render_svg((dir / "graph.dot").string(), (dir / "graph.svg").string());

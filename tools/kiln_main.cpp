@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   graph->add_option("--out", g.out, "directory for graph.txt, graph.json, graph.dot, graph.svg")
       ->required();
+  graph->add_flag("!--no-optimize", g.optimize, "write the graph as traced, without the passes");
+  graph->add_flag("--freeze", g.freeze,
+                  "treat parameters and buffers as constants and fold them (inference)");
+  graph->add_option("--skip-passes", g.skip_passes, "passes to leave out (simplify, cse, fold, dce)")
+      ->delimiter(',');
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -42,10 +43,14 @@ struct GraphArgs {
   std::string data = "fashion-mnist";  // whose input shape to trace with
   std::string mode = "eval";           // "eval" or "train"
   std::string out;
+  bool optimize = true;                // run the graph optimizer (Note [graph passes])
+  bool freeze = false;                 // fold the captures as constants (inference)
+  std::vector<std::string> skip_passes;
 };
 
 // `kiln graph --model M --out DIR`: traces the model with a symbolic batch (nn::function) and
-// writes DIR/graph.txt, graph.json, graph.dot and, where Graphviz is installed, graph.svg.
+// writes DIR/graph.txt, graph.json, graph.dot and, where Graphviz is installed, graph.svg, after
+// the optimizer's passes (unless --no-optimize); it prints what each pass removed.
 int run_graph(const GraphArgs& args);
 
 // `kiln summary --model M --data D`: the Keras-style table for the model on the dataset's inputs.

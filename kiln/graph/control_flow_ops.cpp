@@ -79,6 +79,7 @@ class CondOp final : public CompositeOp {
       throw Error(fmt::format("[cond] expected subgraphs taking the {} operands first", n));
   }
   const char* name() const override { return "cond"; }
+  std::vector<std::shared_ptr<const Graph>> subgraphs() const { return {then_, else_}; }
   nlohmann::json attrs() const override {
     return {{"then", to_json(*then_)}, {"else", to_json(*else_)}, {"operands", n_}};
   }
@@ -195,6 +196,7 @@ class WhileOp final : public CompositeOp {
           n));
   }
   const char* name() const override { return "while_loop"; }
+  std::vector<std::shared_ptr<const Graph>> subgraphs() const { return {cond_, body_}; }
   nlohmann::json attrs() const override {
     return {{"cond", to_json(*cond_)},
             {"body", to_json(*body_)},
@@ -278,6 +280,12 @@ KILN_REGISTER_OP("while_loop", (OpSchema{{"loop_vars..."}, {"loop_vars..."}}),
                  });
 
 }  // namespace
+
+std::vector<std::shared_ptr<const Graph>> detail::subgraphs_of(const Op& op) {
+  if (const auto* c = dynamic_cast<const CondOp*>(&op)) return c->subgraphs();
+  if (const auto* w = dynamic_cast<const WhileOp*>(&op)) return w->subgraphs();
+  return {};
+}
 
 OpPtr detail::make_cond_op(std::shared_ptr<const Graph> then_g, std::shared_ptr<const Graph> else_g,
                            int64_t operands) {

@@ -2,6 +2,7 @@
 // The ops "cond" and "while_loop" that traced control flow records (Note [control flow]); their
 // definitions are in control_flow_ops.cpp, the public functions in control_flow.cpp.
 #include <memory>
+#include <vector>
 
 #include "kiln/graph/control_flow.h"
 #include "kiln/graph/graph.h"
@@ -25,5 +26,9 @@ std::shared_ptr<const Graph> trace_branch(const char* what, const Branch& fn,
 // their tensors returned), every size erased (Note [control flow]).
 std::vector<Tensor> lift_captures(Graph& g);
 void erase_sizes(Graph& g);
+
+// The subgraphs a cond or while_loop node holds (empty for any other op), so that the passes can
+// see the effects inside them (Note [pass soundness]).
+std::vector<std::shared_ptr<const Graph>> subgraphs_of(const Op& op);
 
 }  // namespace kiln::graph::detail

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <limits>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/rng.h"
@@ -67,6 +68,12 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
   // A shape-only run (a subgraph's inference, Note [control flow]) draws nothing.
   const bool meta_run = std::any_of(inputs.begin(), inputs.end(),
                                     [](const Tensor& t) { return t.defined() && t.is_meta(); });
+  // Each intermediate is released after its last reader (Note [graph executor]).
+  constexpr int kKeep = std::numeric_limits<int>::max();
+  std::vector<int> last_use(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int id : g.nodes[n].inputs) last_use[static_cast<size_t>(id)] = static_cast<int>(n);
+  for (int id : g.outputs) last_use[static_cast<size_t>(id)] = kKeep;
   std::vector<Tensor> args;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
@@ -90,8 +97,14 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
       throw InternalError(fmt::format(
           "kiln internal error: graph '{}' node {} '{}' returned {} outputs, the graph has {}",
           g.name, n, node.op->name(), outs.size(), node.outputs.size()));
-    for (size_t i = 0; i < outs.size(); ++i)
-      if (node.outputs[i] != kNoValue) env[static_cast<size_t>(node.outputs[i])] = outs[i];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const int id = node.outputs[i];
+      if (id != kNoValue && last_use[static_cast<size_t>(id)] > static_cast<int>(n))
+        env[static_cast<size_t>(id)] = std::move(outs[i]);
+    }
+    args.clear();
+    for (int id : node.inputs)
+      if (last_use[static_cast<size_t>(id)] == static_cast<int>(n)) env[static_cast<size_t>(id)] = {};
   }
   std::vector<Tensor> result;
   result.reserve(g.outputs.size());

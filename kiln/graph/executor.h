@@ -17,6 +17,9 @@ namespace kiln::graph {
 // A random node is rebuilt at a fresh place of the default generator's stream before it runs
 // (Note [random effects]): every run draws new numbers, and after the same manual_seed a graph
 // draws exactly what eager code does.
+// Each intermediate value is released right after the last node that reads it (and an output no
+// node reads, right after it is made), so a graph's peak memory is what is live at one node, not
+// the sum of its intermediates; graph outputs are kept.
 // An error a node raises names the graph and the node's source line.
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const Loc& loc = Loc::current());

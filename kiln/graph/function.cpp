@@ -111,11 +111,17 @@ struct Function::State {
 
   std::string state() const { return options.state_key ? options.state_key() : std::string(); }
 
-  std::shared_ptr<const Graph> named(Graph g) const {
+  // The graph to cache: captures named, then optimized; the mutex is held.
+  std::shared_ptr<const Graph> finished(Graph g, const Loc& loc) {
     if (options.capture_name)
       for (const Capture& c : g.captures)
         if (g.values[static_cast<size_t>(c.value)].name.empty())
           g.values[static_cast<size_t>(c.value)].name = options.capture_name(c.tensor);
+    if (options.optimize) {
+      OptimizeReport report;
+      g = optimize(g, options.passes, &report, loc);
+      stats.optimizations.push_back(std::move(report));
+    }
     return std::make_shared<const Graph>(std::move(g));
   }
 
@@ -148,7 +154,7 @@ struct Function::State {
                                        const Loc& loc) {
     note_retrace(key, loc);
     if (signature) {
-      auto graph = named(trace_symbolic(options.name, fn, *signature, loc));
+      auto graph = finished(trace_symbolic(options.name, fn, *signature, loc), loc);
       entries.push_back({key, graph, where(loc)});
       ++stats.traces;
       return graph;
@@ -159,7 +165,7 @@ struct Function::State {
       stand_ins.push_back(tracer.add_input(inputs[i], fmt::format("input{}", i)));
     tracer.start();
     std::vector<Tensor> outputs = fn(stand_ins);
-    auto graph = named(tracer.finish(outputs, loc));
+    auto graph = finished(tracer.finish(outputs, loc), loc);
     entries.push_back({key, graph, where(loc)});
     ++stats.traces;
     return graph;

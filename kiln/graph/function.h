@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/passes/pass.h"
 #include "kiln/graph/tensor_spec.h"
 
 namespace kiln::graph {
@@ -46,12 +47,17 @@ struct FunctionOptions {
   // A name for a captured tensor ("conv1.weight"; empty: none), shown in the text, the DOT and
   // the JSON of the graph.
   std::function<std::string(const Tensor&)> capture_name = nullptr;
+  // Every trace goes through the graph optimizer (Note [graph passes]) before it is cached;
+  // `passes` says how (freeze the captures, skip passes by name).
+  bool optimize = true;
+  OptimizeOptions passes = {};
 };
 
 struct FunctionStats {
   int traces = 0;
   int hits = 0;
   std::vector<std::string> retrace_reasons;  // one per retrace, in order
+  std::vector<OptimizeReport> optimizations;  // one per trace, when optimizing
 };
 
 class Function {

@@ -44,6 +44,13 @@ grep -q "<svg" "$tmp/graph/graph.svg" || fail "graph.svg is not SVG"
 grep -q "conv1.weight" "$tmp/graph/graph.svg" || fail "graph.svg does not name the captures"
 "$kiln" graph --model resnet18 --data cifar10 --mode train --out "$tmp/graph_rn" >"$tmp/graph_rn.log"
 grep -q "running_stat_update" "$tmp/graph_rn/graph.txt" || fail "a training-mode graph updates running statistics"
+# --freeze folds each batch norm into its convolution's scale and shift once (Note [graph passes]).
+"$kiln" graph --model cnn --freeze --out "$tmp/graph_frozen" >"$tmp/graph_frozen.log"
+grep -q "optimized: .* nodes -> " "$tmp/graph_frozen.log" || fail "kiln graph prints no pass report"
+grep -q "conv_bn_fold" "$tmp/graph/graph.txt" || fail "an unfrozen graph folds batch norms per call"
+! grep -q "conv_bn_fold" "$tmp/graph_frozen/graph.txt" || fail "--freeze left conv_bn_fold nodes"
+expect_error "unknown pass 'cs'" graph --model cnn --skip-passes cs --out "$tmp/g3"
+expect_error "--freeze is for inference" graph --model cnn --mode train --freeze --out "$tmp/g4"
 expect_error "--out" graph --model cnn
 expect_error "--mode" graph --mode predict --out "$tmp/g2"
 

@@ -1,0 +1,149 @@
+// What the graph optimizer buys (issue 15, Note [graph passes]): for zoo models, the nodes before
+// and after the passes (default, and frozen for inference), the time the passes take, the
+// latency of eager, the unoptimized graph and the optimized graphs, and the peak of intermediate
+// memory (allocator peak above the inputs) in eager and in the graph executor, which releases each
+// value after its last reader. Medians of interleaved runs; plain text.
+//
+//   build/release/bench/kiln_graph_passes_bench [--reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/models.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+using Tensors = std::vector<Tensor>;
+
+namespace {
+
+double seconds_of(const std::function<void()>& f, int inner) {
+  const auto t0 = Clock::now();
+  for (int i = 0; i < inner; ++i) f();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / inner;
+}
+
+// The allocator's peak above what was live before f, in MiB.
+double peak_mib(const std::function<void()>& f) {
+  f();  // warm caches
+  reset_peak_stats();
+  const int64_t base = memory_stats().allocated_bytes;
+  f();
+  return static_cast<double>(memory_stats().peak_allocated_bytes - base) / (1 << 20);
+}
+
+// A spec with a symbolic first dim, the others as in `shape`.
+graph::TensorSpec batch_spec(const Shape& shape) {
+  graph::SymShape dims = graph::static_shape(shape);
+  dims[0].symbol = "batch";
+  return graph::TensorSpec(dims, DType::Float32);
+}
+
+struct Variant {
+  const char* label;
+  bool optimize;
+  bool freeze;
+};
+
+void compare(const char* label, const graph::Function::Fn& fn,
+             const std::vector<graph::TensorSpec>& signature, const Tensors& inputs, int reps,
+             int inner, bool inference) {
+  const Variant variants[] = {{"raw", false, false}, {"optimized", true, false},
+                              {"frozen", true, true}};
+  std::vector<graph::Function> fns;
+  std::printf("%s\n", label);
+  for (const Variant& v : variants) {
+    if (v.freeze && !inference) continue;
+    graph::FunctionOptions o;
+    o.name = label;
+    o.optimize = v.optimize;
+    o.passes.freeze = v.freeze;
+    const auto t0 = Clock::now();
+    fns.push_back(graph::function(fn, signature, o));
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const graph::FunctionStats st = fns.back().stats();
+    double pass_ms = 0;
+    if (!st.optimizations.empty())
+      for (const auto& p : st.optimizations[0].passes) pass_ms += p.ms;
+    std::printf("  %-10s %4zu nodes  compile %7.2f ms (passes %6.3f ms)\n", v.label,
+                fns.back().graphs()[0]->nodes.size(), ms, pass_ms);
+    if (v.optimize && !st.optimizations.empty())
+      std::printf("    %s\n", st.optimizations[0].format().c_str());
+  }
+  // Interleaved rounds; the median of each.
+  std::vector<std::vector<double>> t(fns.size() + 1);
+  for (int r = 0; r < reps; ++r) {
+    t[0].push_back(seconds_of([&] { fn(inputs); }, inner));
+    for (size_t i = 0; i < fns.size(); ++i)
+      t[i + 1].push_back(seconds_of([&] { fns[i](inputs); }, inner));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double eager = median(t[0]);
+  std::printf("  latency   eager %9.1f us", eager * 1e6);
+  for (size_t i = 0; i < fns.size(); ++i)
+    std::printf("  %s %9.1f us (%.3fx eager)", variants[i].label, median(t[i + 1]) * 1e6,
+                median(t[i + 1]) / eager);
+  std::printf("\n  peak      eager %8.2f MiB", peak_mib([&] { fn(inputs); }));
+  for (size_t i = 0; i < fns.size(); ++i)
+    std::printf("  %s %8.2f MiB", variants[i].label, peak_mib([&] { fns[i](inputs); }));
+  std::printf("\n");
+}
+
+void inference(const char* label, std::shared_ptr<nn::Module> model, Shape input, int reps,
+               int inner) {
+  model->eval();
+  NoGradGuard no_grad;
+  graph::TensorSpec spec = batch_spec(input);
+  compare(
+      label, [&](const Tensors& in) { return Tensors{(*model)(in[0])}; }, {spec},
+      {randn(input)}, reps, inner, true);
+}
+
+// Forward, cross-entropy and every parameter's gradient (Note [traced gradients]).
+void training_step(const char* label, std::shared_ptr<nn::Module> model, Shape input, int reps,
+                   int inner) {
+  model->train();
+  const Tensors params = model->parameters();
+  auto step = [&](const Tensors& in) {
+    Tensor loss = cross_entropy((*model)(in[0]), in[1]);
+    Tensors out = kiln::grad({loss}, params);
+    out.push_back(loss);
+    return out;
+  };
+  const int64_t batch = input[0];
+  compare(label, step,
+          {batch_spec(input), graph::TensorSpec({"batch"}, DType::Int64)},
+          {randn(input), randint(0, 10, {batch})}, reps, inner, false);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  int reps = 5;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+  set_num_threads(2);
+  manual_seed(0);
+  inference("mlp 784-256-10 inference, batch 1", nn::mlp(784, {256}, 10), {1, 784}, reps, 500);
+  inference("small_cnn inference, batch 64", nn::small_cnn(1, 10, 28), {64, 1, 28, 28}, reps, 3);
+  inference("resnet18 inference, batch 1 (3x32x32)", nn::resnet18(3, 10), {1, 3, 32, 32}, reps,
+            20);
+  inference("resnet18 inference, batch 64 (3x32x32)", nn::resnet18(3, 10), {64, 3, 32, 32}, reps,
+            1);
+  training_step("mlp 784-256-10 gradients, batch 64", nn::mlp(784, {256}, 10), {64, 784}, reps,
+                100);
+  training_step("small_cnn gradients, batch 64", nn::small_cnn(1, 10, 28), {64, 1, 28, 28}, reps,
+                2);
+  training_step("resnet18 gradients, batch 32 (3x32x32)", nn::resnet18(3, 10), {32, 3, 32, 32},
+                reps, 1);
+}

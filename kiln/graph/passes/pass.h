@@ -1,0 +1,67 @@
+#pragma once
+// The graph optimizer: a fixed pipeline of rewrite passes over a traced graph.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+// Note [graph passes]
+// ~~~~~~~~~~~~~~~~~~~
+// optimize(g) returns a copy of g rewritten by the passes below, in this order, repeated until a
+// round changes nothing (at most a few rounds); each pass lives in its own file under
+// kiln/graph/passes/ and keeps the rules of Note [pass soundness]:
+//   simplify   algebraic identities: x*1, x/1, x-0, x+0 (Note [x + 0]), a permute of a permute,
+//              a view or reshape of a view or reshape, a permute or view that changes nothing
+//   cse        common subexpressions: two pure nodes with the same op (name + attrs) on the same
+//              inputs become one
+//   fold       constant folding: a pure node whose inputs are all constants runs once, at compile
+//              time, and becomes a constant. Constants are the outputs of factories without inputs
+//              (the scalars of expressions); with `freeze`, captures (parameters, buffers) are
+//              constants too, as torch.jit.freeze makes them: an inference graph then folds its
+//              weight preprocessing (conv-bn folds, transposes), but no longer sees a later
+//              optimizer step or load_state_dict, and no gradient reaches a frozen capture
+//   dce        dead code: nodes none of whose outputs is read and that have no effect
+// Any pass can be skipped by name (OptimizeOptions::skip, or the environment variable
+// KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
+// the passes. The result is validated, and outputs stay exactly what the unoptimized graph
+// computes (bit for bit: every rewrite runs the same kernels on the same values, or none).
+struct OptimizeOptions {
+  bool freeze = false;
+  std::vector<std::string> skip = {};
+  // Called after each pass that changed the graph (tests, `kiln graph --passes`).
+  std::function<void(const std::string& pass, const Graph& after)> after_pass = nullptr;
+};
+
+struct PassStat {
+  std::string pass;
+  int rounds_changed = 0;  // rounds in which it changed the graph
+  int nodes_removed = 0;   // net, over all rounds
+  double ms = 0.0;         // total time spent in it
+};
+
+struct OptimizeReport {
+  int nodes_before = 0, nodes_after = 0;
+  int rounds = 0;
+  std::vector<PassStat> passes;  // in pipeline order, skipped ones left out
+  std::vector<std::string> skipped;
+  std::string format() const;  // one line per pass
+};
+
+// The pass names in pipeline order.
+const std::vector<std::string>& pass_names();
+
+Graph optimize(const Graph& g, const OptimizeOptions& options = {},
+               OptimizeReport* report = nullptr, const Loc& loc = Loc::current());
+
+namespace passes {
+// The passes one by one (each returns whether it changed the graph).
+bool simplify(Graph& g);
+bool eliminate_common_subexpressions(Graph& g);
+bool fold_constants(Graph& g, bool freeze);
+bool eliminate_dead_code(Graph& g);
+}  // namespace passes
+
+}  // namespace kiln::graph
