@@ -4,7 +4,7 @@
 // memory (allocator peak above the inputs) in eager and in the graph executor, which releases each
 // value after its last reader. Medians of interleaved runs; plain text.
 //
-//   build/release/bench/kiln_graph_passes_bench [--reps N]
+//   build/release/bench/kiln_graph_passes_bench [--reps N] [--only SUBSTRING]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/graph/executor.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/models.h"
 
@@ -44,6 +45,10 @@ graph::TensorSpec batch_spec(const Shape& shape) {
   return graph::TensorSpec(dims, DType::Float32);
 }
 
+// --only SUBSTRING runs the workloads whose label contains it.
+std::string g_only;
+bool selected(const char* label) { return std::string(label).find(g_only) != std::string::npos; }
+
 struct Variant {
   const char* label;
   bool optimize;
@@ -53,6 +58,7 @@ struct Variant {
 void compare(const char* label, const graph::Function::Fn& fn,
              const std::vector<graph::TensorSpec>& signature, const Tensors& inputs, int reps,
              int inner, bool inference) {
+  if (!selected(label)) return;
   const Variant variants[] = {{"raw", false, false}, {"optimized", true, false},
                               {"frozen", true, true}};
   std::vector<graph::Function> fns;
@@ -75,12 +81,28 @@ void compare(const char* label, const graph::Function::Fn& fn,
     if (v.optimize && !st.optimizations.empty())
       std::printf("    %s\n", st.optimizations[0].format().c_str());
   }
+  // A graph that computes its own gradients needs no tape: run without recording, as a compiled
+  // training step will (the call itself, through Function, records one under grad mode: every
+  // node reading a parameter is taped and keeps its inputs until the outputs die).
+  std::vector<std::function<void()>> calls;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < fns.size(); ++i) {
+    calls.push_back([&, i] { fns[i](inputs); });
+    names.push_back(variants[i].label);
+  }
+  if (!inference) {
+    const auto optimized = fns[1].graphs()[0];
+    calls.push_back([&, optimized] {
+      NoGradGuard no_tape;
+      graph::run(*optimized, inputs);
+    });
+    names.push_back("optimized, no tape");
+  }
   // Interleaved rounds; the median of each.
-  std::vector<std::vector<double>> t(fns.size() + 1);
+  std::vector<std::vector<double>> t(calls.size() + 1);
   for (int r = 0; r < reps; ++r) {
     t[0].push_back(seconds_of([&] { fn(inputs); }, inner));
-    for (size_t i = 0; i < fns.size(); ++i)
-      t[i + 1].push_back(seconds_of([&] { fns[i](inputs); }, inner));
+    for (size_t i = 0; i < calls.size(); ++i) t[i + 1].push_back(seconds_of(calls[i], inner));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -88,12 +110,12 @@ void compare(const char* label, const graph::Function::Fn& fn,
   };
   const double eager = median(t[0]);
   std::printf("  latency   eager %9.1f us", eager * 1e6);
-  for (size_t i = 0; i < fns.size(); ++i)
-    std::printf("  %s %9.1f us (%.3fx eager)", variants[i].label, median(t[i + 1]) * 1e6,
+  for (size_t i = 0; i < calls.size(); ++i)
+    std::printf("  %s %9.1f us (%.3fx eager)", names[i].c_str(), median(t[i + 1]) * 1e6,
                 median(t[i + 1]) / eager);
   std::printf("\n  peak      eager %8.2f MiB", peak_mib([&] { fn(inputs); }));
-  for (size_t i = 0; i < fns.size(); ++i)
-    std::printf("  %s %8.2f MiB", variants[i].label, peak_mib([&] { fns[i](inputs); }));
+  for (size_t i = 0; i < calls.size(); ++i)
+    std::printf("  %s %8.2f MiB", names[i].c_str(), peak_mib(calls[i]));
   std::printf("\n");
 }
 
@@ -132,6 +154,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+      g_only = argv[++i];
   set_num_threads(2);
   manual_seed(0);
   inference("mlp 784-256-10 inference, batch 1", nn::mlp(784, {256}, 10), {1, 784}, reps, 500);
