@@ -160,6 +160,19 @@ int main(int argc, char** argv) {
   manual_seed(0);
   inference("mlp 784-256-10 inference, batch 1", nn::mlp(784, {256}, 10), {1, 784}, reps, 500);
   inference("small_cnn inference, batch 64", nn::small_cnn(1, 10, 28), {64, 1, 28, 28}, reps, 3);
+  {
+    // Separate Conv2d / BatchNorm2d / ReLU modules: the conv_bn pass's case.
+    auto vgg = std::make_shared<nn::Sequential>();
+    int64_t in = 3;
+    for (int64_t out : {32, 32, 64}) {
+      vgg->push_back(std::make_shared<nn::Conv2d>(in, out, 3, Conv2dOptions{.padding = 1}));
+      vgg->push_back(std::make_shared<nn::BatchNorm2d>(out));
+      vgg->push_back(std::make_shared<nn::ReLU>());
+      in = out;
+    }
+    inference("conv-bn-relu x3 (Sequential) inference, batch 32 (3x32x32)", vgg, {32, 3, 32, 32},
+              reps, 3);
+  }
   inference("resnet18 inference, batch 1 (3x32x32)", nn::resnet18(3, 10), {1, 3, 32, 32}, reps,
             20);
   inference("resnet18 inference, batch 64 (3x32x32)", nn::resnet18(3, 10), {64, 3, 32, 32}, reps,

@@ -17,6 +17,10 @@ namespace kiln::graph {
 //              a view or reshape of a view or reshape, a permute or view that changes nothing
 //   cse        common subexpressions: two pure nodes with the same op (name + attrs) on the same
 //              inputs become one
+//   conv_bn    with `freeze` only: conv2d -> batch_norm_eval (-> add residual) (-> relu), as separate
+//              Conv2d/BatchNorm2d/ReLU modules trace, becomes conv_bn_fold + conv2d_affine, the
+//              ops nn::conv_bn emits (Note [conv-bn fold]); not bit for bit (the fold rounds
+//              differently, ~1e-6 relative), the one pass that is not
 //   fold       constant folding: a pure node whose inputs are all constants runs once, at compile
 //              time, and becomes a constant. Constants are the outputs of factories without inputs
 //              (the scalars of expressions); with `freeze`, captures (parameters, buffers) are
@@ -27,7 +31,8 @@ namespace kiln::graph {
 // Any pass can be skipped by name (OptimizeOptions::skip, or the environment variable
 // KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
 // the passes. The result is validated, and outputs stay exactly what the unoptimized graph
-// computes (bit for bit: every rewrite runs the same kernels on the same values, or none).
+// computes (bit for bit: every rewrite runs the same kernels on the same values, or none), but
+// for conv_bn's folding in a frozen graph.
 struct OptimizeOptions {
   bool freeze = false;
   std::vector<std::string> skip = {};
@@ -60,6 +65,7 @@ namespace passes {
 // The passes one by one (each returns whether it changed the graph).
 bool simplify(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
+bool fuse_conv_bn(Graph& g, bool freeze);
 bool fold_constants(Graph& g, bool freeze);
 bool eliminate_dead_code(Graph& g);
 }  // namespace passes
