@@ -65,6 +65,7 @@
 #include "kiln/optim/sgd.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/compiled_step.h"
 #include "kiln/train/curves.h"
 #include "kiln/train/fit.h"
 #include "kiln/train/metrics.h"

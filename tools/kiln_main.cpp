@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
       ->capture_default_str();
   train->add_flag("--resume", t.resume, "continue from DIR/checkpoint when it exists");
+  train->add_flag("--compile", t.compile,
+                  "run each step as one compiled graph (forward, loss, gradients), as Keras' "
+                  "jit_compile");
 
   std::string eval_dir, eval_data_dir;
   int64_t eval_batch = 500;

@@ -194,6 +194,7 @@ int run_train(const TrainArgs& a) {
   fit_options.initial_epoch = initial_epoch;
   fit_options.validation = &val_loader;
   fit_options.is_tty = isatty(STDOUT_FILENO) != 0;
+  fit_options.compile = a.compile;
   trainer.fit(train_loader, fit_options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

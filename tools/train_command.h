@@ -27,6 +27,7 @@ struct TrainArgs {
                                   // else its first N samples
   std::string out = "out/cnn";
   bool resume = false;
+  bool compile = false;  // each step as one compiled graph (Note [compiled training step])
 };
 
 // Trains, evaluates on the test split and writes DIR/{checkpoint/, model.safetensors,

@@ -201,6 +201,10 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, cons
       }
     if (!graph) graph = st.retrace(key, inputs, loc);
   }
+  if (!st.options.record_tape) {
+    NoGradGuard no_tape;
+    return run(*graph, inputs, loc);
+  }
   return run(*graph, inputs, loc);
 }
 

@@ -51,6 +51,10 @@ struct FunctionOptions {
   // `passes` says how (freeze the captures, skip passes by name).
   bool optimize = true;
   OptimizeOptions passes = {};
+  // Whether calls record a tape (in grad mode, for inputs or captures that require grad). A graph
+  // that computes its own gradients (a training step) sets false: taping its forward nodes would
+  // keep every activation alive until the outputs die. The key still holds grad mode.
+  bool record_tape = true;
 };
 
 struct FunctionStats {

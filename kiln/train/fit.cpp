@@ -1,12 +1,14 @@
 #include "kiln/train/fit.h"
 
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/join.h"
+#include "kiln/train/compiled_step.h"
 
 namespace kiln::train {
 namespace {
@@ -95,6 +97,8 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
     fail("fit", loc, "expected an output stream for verbose progress, but got a null pointer");
   std::ostream* out = options.verbose ? options.out : nullptr;
 
+  std::optional<CompiledStep> compiled;
+  if (options.compile) compiled.emplace(*model_, loss_, *optimizer_);
   History history;
   for (auto& callback : callbacks_) {
     callback->set_context(model_, optimizer_);
@@ -124,11 +128,18 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
       int64_t step = 0, samples = 0;
       for (const data::Example& batch : train) {
         check_batch("fit", batch, loc);
-        optimizer_->zero_grad();
-        const Tensor logits = (*model_)(batch.data);
-        const Tensor loss = total_loss(loss_, *model_, logits, batch.target);
-        loss.backward();
-        optimizer_->step(loc);
+        Tensor logits, loss;
+        if (compiled) {
+          const CompiledStep::Result r = (*compiled)(batch.data, batch.target, loc);
+          logits = r.logits;
+          loss = r.loss;
+        } else {
+          optimizer_->zero_grad();
+          logits = (*model_)(batch.data);
+          loss = total_loss(loss_, *model_, logits, batch.target);
+          loss.backward();
+          optimizer_->step(loc);
+        }
 
         const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
         const double batch_loss = loss.item(loc);

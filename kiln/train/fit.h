@@ -45,6 +45,10 @@ struct FitOptions {
   bool verbose = true;
   // Selects carriage-return redraws (see Note [progress output]).
   bool is_tty = false;
+  // Keras' jit_compile: each training step runs as one compiled graph (forward, loss and
+  // gradients; Note [compiled training step]), the optimizer's update eagerly after it. Trains
+  // as the eager step does.
+  bool compile = false;
 };
 
 // Note [trainer]

@@ -57,6 +57,12 @@ expect_error "--mode" graph --mode predict --out "$tmp/g2"
 small=(--model mlp --train-samples 2048 --batch-size 256 --workers 2 --seed 3)
 "$kiln" train "${small[@]}" --epochs 2 --out "$tmp/straight" >"$tmp/straight.log"
 grep -q "Test accuracy: " "$tmp/straight.log" || fail "no test accuracy in the output"
+# --compile runs each step as one graph (Note [compiled training step]) and trains as eager does.
+"$kiln" train "${small[@]}" --epochs 2 --compile --out "$tmp/compiled" >"$tmp/compiled.log"
+compiled_acc=$(grep -o "Test accuracy: [0-9.]*" "$tmp/compiled.log" | grep -o "[0-9.]*$")
+straight_acc=$(grep -o "Test accuracy: [0-9.]*" "$tmp/straight.log" | grep -o "[0-9.]*$")
+[[ -n $compiled_acc && $compiled_acc == "$straight_acc" ]] ||
+  fail "kiln train --compile reached '$compiled_acc', eager '$straight_acc'"
 for f in model.safetensors checkpoint history.csv curves.svg summary.txt metrics.json; do
   [[ -e "$tmp/straight/$f" ]] || fail "missing $f in the run directory"
 done

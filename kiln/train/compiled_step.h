@@ -1,0 +1,63 @@
+#pragma once
+// A training step compiled into one graph: forward, loss and every parameter's gradient.
+#include <memory>
+#include <string>
+
+#include "kiln/core/tensor.h"
+#include "kiln/graph/function.h"
+#include "kiln/nn/module.h"
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::train {
+
+using StepLossFn = std::function<Tensor(const Tensor& logits, const Tensor& target)>;
+
+// Note [compiled training step]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// compile_train_step(model, loss, optimizer) is Keras' jit_compile for one step: the first call
+// traces model(data), loss(logits, target) plus the model's regularization terms, and
+// kiln::grad of that loss with respect to every parameter that requires grad (Note [traced
+// gradients]) into one graph, with the batch dim symbolic (Note [symbolic dims]), so one compile
+// serves every batch size, the last short batch of an epoch included. The graph goes through
+// the optimizer's passes (Note [graph passes]; no freeze: the parameters change every step) and
+// runs without recording a tape: its gradients are its own nodes, so the forward's activations
+// are released as soon as the backward has read them, as eager backward frees them. Each call
+// then sets every parameter's .grad to the graph's gradient (replacing it, as zero_grad +
+// backward would) and runs optimizer.step(): the update stays eager, one fused update op per
+// parameter, so learning-rate schedules, step counts and optimizer state behave exactly as in
+// eager training. Batch-norm statistics, counters and dropout masks are graph effects (Note
+// [effects]): a compiled step trains exactly as the eager step does (tests/train).
+// The model's train/eval mode is part of the cache key (Note [traced modules]). A model whose
+// forward bakes the batch size into an op fails the symbolic trace; the step then traces per
+// batch shape instead, and says so once through the logger.
+struct CompiledStepOptions {
+  std::string name = "train_step";
+  graph::OptimizeOptions passes = {};
+  // Where the fallback notice and retraces are reported (stderr when empty).
+  std::function<void(const std::string&)> logger = nullptr;
+};
+
+class CompiledStep {
+ public:
+  CompiledStep(nn::Module& model, StepLossFn loss, optim::Optimizer& optimizer,
+               CompiledStepOptions options = {});
+
+  struct Result {
+    Tensor loss;    // the batch's loss (regularization included), detached
+    Tensor logits;  // the model's output, detached (for metrics)
+  };
+  // One step on a batch: gradients, then optimizer.step().
+  Result operator()(const Tensor& data, const Tensor& target, const Loc& loc = Loc::current());
+
+  // The compiled function (nullptr before the first call).
+  const graph::Function* function() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+CompiledStep compile_train_step(nn::Module& model, StepLossFn loss, optim::Optimizer& optimizer,
+                                CompiledStepOptions options = {});
+
+}  // namespace kiln::train
