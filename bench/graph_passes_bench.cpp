@@ -146,6 +146,45 @@ void training_step(const char* label, std::shared_ptr<nn::Module> model, Shape i
           {randn(input), randint(0, 10, {batch})}, reps, inner, false);
 }
 
+// A whole training step, eager (zero_grad, forward, backward, step) against compile_train_step
+// (Note [compiled training step]), on twin models; per-step time and the allocator's peak.
+void compiled_step(const char* label, const std::function<std::shared_ptr<nn::Module>()>& make,
+                   Shape input, int reps, int inner) {
+  if (!selected(label)) return;
+  manual_seed(1);
+  auto eager = make();
+  manual_seed(1);
+  auto compiled = make();
+  optim::Adam opt_e(eager->parameters(), {.lr = 1e-3}), opt_c(compiled->parameters(), {.lr = 1e-3});
+  auto ce = [](const Tensor& logits, const Tensor& target) { return cross_entropy(logits, target); };
+  train::CompiledStep step = train::compile_train_step(*compiled, ce, opt_c);
+  Tensor x = randn(input), y = randint(0, 10, {input[0]});
+  auto eager_step = [&] {
+    opt_e.zero_grad();
+    Tensor loss = ce((*eager)(x), y);
+    loss.backward();
+    opt_e.step();
+  };
+  auto compiled_call = [&] { step(x, y); };
+  const auto t0 = Clock::now();
+  compiled_call();  // compiles
+  const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::vector<double> te, tc;
+  for (int r = 0; r < reps; ++r) {
+    te.push_back(seconds_of(eager_step, inner));
+    tc.push_back(seconds_of(compiled_call, inner));
+  }
+  std::sort(te.begin(), te.end());
+  std::sort(tc.begin(), tc.end());
+  const double e = te[te.size() / 2], c = tc[tc.size() / 2];
+  std::printf("%s\n  first call (trace + passes + step) %.1f ms, %zu nodes\n", label, compile_ms,
+              step.function()->graphs()[0]->nodes.size());
+  std::printf("  step      eager %9.1f us  compiled %9.1f us (%.3fx eager)\n", e * 1e6, c * 1e6,
+              c / e);
+  std::printf("  peak      eager %8.2f MiB  compiled %8.2f MiB\n", peak_mib(eager_step),
+              peak_mib(compiled_call));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +216,12 @@ int main(int argc, char** argv) {
             20);
   inference("resnet18 inference, batch 64 (3x32x32)", nn::resnet18(3, 10), {64, 3, 32, 32}, reps,
             1);
+  compiled_step("mlp 784-256-10 Adam step, batch 64", [] { return nn::mlp(784, {256}, 10); },
+                {64, 1, 28, 28}, reps, 50);
+  compiled_step("small_cnn Adam step, batch 64", [] { return nn::small_cnn(1, 10, 28); },
+                {64, 1, 28, 28}, reps, 2);
+  compiled_step("resnet18 Adam step, batch 32 (3x32x32)", [] { return nn::resnet18(3, 10); },
+                {32, 3, 32, 32}, reps, 1);
   training_step("mlp 784-256-10 gradients, batch 64", nn::mlp(784, {256}, 10), {64, 784}, reps,
                 100);
   training_step("small_cnn gradients, batch 64", nn::small_cnn(1, 10, 28), {64, 1, 28, 28}, reps,
