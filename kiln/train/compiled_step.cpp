@@ -103,6 +103,8 @@ CompiledStep::Result CompiledStep::operator()(const Tensor& data, const Tensor& 
     fail("compile_train_step", loc,
          "a training step computes gradients, but grad mode is off (NoGradGuard)");
   if (!st.fn) st.compile(data, target, loc);
+  // The previous step's gradients go first, so that two sets are never alive at once.
+  st.optimizer->zero_grad(/*set_to_none=*/true);
   const std::vector<Tensor> out = (*st.fn)({data, target}, loc);
   for (size_t i = 0; i < st.params.size(); ++i) {
     Tensor p = st.params[i];
