@@ -30,6 +30,8 @@ namespace kiln::graph {
 //   signature too.
 //   Retraces go through the function's RetracePolicy (logged to stderr by default; silent; or an
 //   error). More than `retrace_budget` traces is an error listing every reason.
+// Every trace goes through the graph optimizer (Note [graph passes]) before it is cached, so
+// graphs() returns optimized graphs (FunctionOptions::optimize = false keeps the raw trace).
 // The cache is guarded by a mutex; graphs are immutable once cached, so calls run concurrently
 // (a trace in progress holds the lock: another thread's call waits for it).
 enum class RetracePolicy { kLog, kSilent, kError };
