@@ -47,7 +47,9 @@ graph::TensorSpec batch_spec(const Shape& shape) {
 
 // --only SUBSTRING runs the workloads whose label contains it.
 std::string g_only;
-bool selected(const char* label) { return std::string(label).find(g_only) != std::string::npos; }
+bool selected(const char* label) {
+  return std::string(label).find(g_only) != std::string::npos;
+}
 
 struct Variant {
   const char* label;
@@ -59,8 +61,8 @@ void compare(const char* label, const graph::Function::Fn& fn,
              const std::vector<graph::TensorSpec>& signature, const Tensors& inputs, int reps,
              int inner, bool inference) {
   if (!selected(label)) return;
-  const Variant variants[] = {{"raw", false, false}, {"optimized", true, false},
-                              {"frozen", true, true}};
+  const Variant variants[] = {
+      {"raw", false, false}, {"optimized", true, false}, {"frozen", true, true}};
   std::vector<graph::Function> fns;
   std::printf("%s\n", label);
   for (const Variant& v : variants) {
@@ -125,8 +127,8 @@ void inference(const char* label, std::shared_ptr<nn::Module> model, Shape input
   NoGradGuard no_grad;
   graph::TensorSpec spec = batch_spec(input);
   compare(
-      label, [&](const Tensors& in) { return Tensors{(*model)(in[0])}; }, {spec},
-      {randn(input)}, reps, inner, true);
+      label, [&](const Tensors& in) { return Tensors{(*model)(in[0])}; }, {spec}, {randn(input)},
+      reps, inner, true);
 }
 
 // Forward, cross-entropy and every parameter's gradient (Note [traced gradients]).
@@ -141,8 +143,7 @@ void training_step(const char* label, std::shared_ptr<nn::Module> model, Shape i
     return out;
   };
   const int64_t batch = input[0];
-  compare(label, step,
-          {batch_spec(input), graph::TensorSpec({"batch"}, DType::Int64)},
+  compare(label, step, {batch_spec(input), graph::TensorSpec({"batch"}, DType::Int64)},
           {randn(input), randint(0, 10, {batch})}, reps, inner, false);
 }
 
@@ -156,7 +157,9 @@ void compiled_step(const char* label, const std::function<std::shared_ptr<nn::Mo
   manual_seed(1);
   auto compiled = make();
   optim::Adam opt_e(eager->parameters(), {.lr = 1e-3}), opt_c(compiled->parameters(), {.lr = 1e-3});
-  auto ce = [](const Tensor& logits, const Tensor& target) { return cross_entropy(logits, target); };
+  auto ce = [](const Tensor& logits, const Tensor& target) {
+    return cross_entropy(logits, target);
+  };
   train::CompiledStep step = train::compile_train_step(*compiled, ce, opt_c);
   Tensor x = randn(input), y = randint(0, 10, {input[0]});
   auto eager_step = [&] {
@@ -212,16 +215,18 @@ int main(int argc, char** argv) {
     inference("conv-bn-relu x3 (Sequential) inference, batch 32 (3x32x32)", vgg, {32, 3, 32, 32},
               reps, 3);
   }
-  inference("resnet18 inference, batch 1 (3x32x32)", nn::resnet18(3, 10), {1, 3, 32, 32}, reps,
-            20);
+  inference("resnet18 inference, batch 1 (3x32x32)", nn::resnet18(3, 10), {1, 3, 32, 32}, reps, 20);
   inference("resnet18 inference, batch 64 (3x32x32)", nn::resnet18(3, 10), {64, 3, 32, 32}, reps,
             1);
-  compiled_step("mlp 784-256-10 Adam step, batch 64", [] { return nn::mlp(784, {256}, 10); },
-                {64, 1, 28, 28}, reps, 50);
-  compiled_step("small_cnn Adam step, batch 64", [] { return nn::small_cnn(1, 10, 28); },
-                {64, 1, 28, 28}, reps, 2);
-  compiled_step("resnet18 Adam step, batch 32 (3x32x32)", [] { return nn::resnet18(3, 10); },
-                {32, 3, 32, 32}, reps, 1);
+  compiled_step(
+      "mlp 784-256-10 Adam step, batch 64", [] { return nn::mlp(784, {256}, 10); }, {64, 1, 28, 28},
+      reps, 50);
+  compiled_step(
+      "small_cnn Adam step, batch 64", [] { return nn::small_cnn(1, 10, 28); }, {64, 1, 28, 28},
+      reps, 2);
+  compiled_step(
+      "resnet18 Adam step, batch 32 (3x32x32)", [] { return nn::resnet18(3, 10); }, {32, 3, 32, 32},
+      reps, 1);
   training_step("mlp 784-256-10 gradients, batch 64", nn::mlp(784, {256}, 10), {64, 784}, reps,
                 100);
   training_step("small_cnn gradients, batch 64", nn::small_cnn(1, 10, 28), {64, 1, 28, 28}, reps,

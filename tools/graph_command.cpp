@@ -33,8 +33,9 @@ int run_graph(const GraphArgs& args) {
   if (args.freeze && !args.optimize)
     throw Error("[kiln graph] --freeze folds constants, which is a pass: drop --no-optimize");
   if (args.freeze && args.mode == "train")
-    throw Error("[kiln graph] --freeze is for inference graphs: a training graph updates its "
-                "parameters, so they are not constants (use --mode eval)");
+    throw Error(
+        "[kiln graph] --freeze is for inference graphs: a training graph updates its "
+        "parameters, so they are not constants (use --mode eval)");
   // An eval-mode graph is an inference graph: traced without recording gradients (conv + batch
   // norm then fuse into conv2d_affine, as an inference call runs). A train-mode graph records.
   std::optional<NoGradGuard> no_grad;

@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
   graph->add_flag("!--no-optimize", g.optimize, "write the graph as traced, without the passes");
   graph->add_flag("--freeze", g.freeze,
                   "treat parameters and buffers as constants and fold them (inference)");
-  graph->add_option("--skip-passes", g.skip_passes, "passes to leave out (simplify, cse, conv_bn, fold, dce)")
+  graph
+      ->add_option("--skip-passes", g.skip_passes,
+                   "passes to leave out (simplify, cse, conv_bn, fold, dce)")
       ->delimiter(',');
 
   CLI11_PARSE(app, argc, argv);

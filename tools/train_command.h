@@ -44,8 +44,8 @@ struct GraphArgs {
   std::string data = "fashion-mnist";  // whose input shape to trace with
   std::string mode = "eval";           // "eval" or "train"
   std::string out;
-  bool optimize = true;                // run the graph optimizer (Note [graph passes])
-  bool freeze = false;                 // fold the captures as constants (inference)
+  bool optimize = true;  // run the graph optimizer (Note [graph passes])
+  bool freeze = false;   // fold the captures as constants (inference)
   std::vector<std::string> skip_passes;
 };
 

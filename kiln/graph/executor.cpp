@@ -104,7 +104,8 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
     }
     args.clear();
     for (int id : node.inputs)
-      if (last_use[static_cast<size_t>(id)] == static_cast<int>(n)) env[static_cast<size_t>(id)] = {};
+      if (last_use[static_cast<size_t>(id)] == static_cast<int>(n))
+        env[static_cast<size_t>(id)] = {};
   }
   std::vector<Tensor> result;
   result.reserve(g.outputs.size());

@@ -62,7 +62,7 @@ struct FunctionOptions {
 struct FunctionStats {
   int traces = 0;
   int hits = 0;
-  std::vector<std::string> retrace_reasons;  // one per retrace, in order
+  std::vector<std::string> retrace_reasons;   // one per retrace, in order
   std::vector<OptimizeReport> optimizations;  // one per trace, when optimizing
 };
 

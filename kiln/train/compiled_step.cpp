@@ -8,9 +8,9 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/nn/traced.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
-#include "kiln/nn/traced.h"
 
 namespace kiln::train {
 
@@ -76,9 +76,10 @@ struct CompiledStep::State {
     } catch (const OutOfMemoryError&) {
       throw;
     } catch (const Error& e) {
-      report(fmt::format("compile_train_step '{}': no symbolic batch ({}); tracing per batch "
-                         "shape instead",
-                         options.name, e.what()));
+      report(
+          fmt::format("compile_train_step '{}': no symbolic batch ({}); tracing per batch "
+                      "shape instead",
+                      options.name, e.what()));
       fn.emplace(graph::function(body, function_options(), loc));
     }
   }

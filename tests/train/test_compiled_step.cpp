@@ -10,7 +10,9 @@
 namespace kiln::train {
 namespace {
 
-Tensor ce(const Tensor& logits, const Tensor& target) { return cross_entropy(logits, target); }
+Tensor ce(const Tensor& logits, const Tensor& target) {
+  return cross_entropy(logits, target);
+}
 
 // The largest |a - b| / max(|b|, 1) over every entry of every tensor of two state dicts.
 double state_difference(const nn::Module& a, const nn::Module& b) {
@@ -66,15 +68,13 @@ auto adam = [](std::vector<Tensor> p) {
   return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-3});
 };
 auto sgd = [](std::vector<Tensor> p) {
-  return std::make_unique<optim::SGD>(std::move(p),
-                                      optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
 };
 
 TEST(CompiledStep, SmallCnnTrainsAsEagerFor20StepsWithOneCompile) {
   int traces = 0;
-  auto [loss, state] =
-      train_twins([] { return nn::small_cnn(1, 10, 8); }, {6, 1, 8, 8}, 20, adam,
-                  DType::Float32, &traces);
+  auto [loss, state] = train_twins([] { return nn::small_cnn(1, 10, 8); }, {6, 1, 8, 8}, 20, adam,
+                                   DType::Float32, &traces);
   EXPECT_LE(loss, 1e-5);
   EXPECT_LE(state, 1e-5);
   EXPECT_EQ(traces, 1) << "the short last batch reuses the symbolic-batch graph";
@@ -88,8 +88,7 @@ TEST(CompiledStep, SmallCnnInFloat64IsExact) {
 }
 
 TEST(CompiledStep, ResNet18TrainsAsEagerFor20Steps) {
-  auto [loss, state] =
-      train_twins([] { return nn::resnet18(3, 10); }, {2, 3, 8, 8}, 20, sgd);
+  auto [loss, state] = train_twins([] { return nn::resnet18(3, 10); }, {2, 3, 8, 8}, 20, sgd);
   EXPECT_LE(loss, 1e-5);
   EXPECT_LE(state, 1e-5);
 }
@@ -99,8 +98,11 @@ TEST(CompiledStep, AStepWithGradModeOffIsAnError) {
   optim::SGD opt(model->parameters(), {.lr = 0.1});
   CompiledStep step = compile_train_step(*model, ce, opt);
   NoGradGuard off;
-  test::expect_error([&] { step(randn({2, 4}), randint(0, 10, {2})); },
-                     {"[compile_train_step]", "grad mode is off", "test_compiled_step.cpp"});
+  test::expect_error(
+      [&] {
+        step(randn({2, 4}), randint(0, 10, {2}));
+      },
+      {"[compile_train_step]", "grad mode is off", "test_compiled_step.cpp"});
 }
 
 TEST(CompiledStep, TrainerCompileFitsAsEagerFit) {

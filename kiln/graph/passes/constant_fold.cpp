@@ -5,10 +5,10 @@
 // identity (Note [graph IR]) so that an optimizer step is seen by the next call, and the only
 // other constants, the scalars of expressions, stay nodes because a serialized capture would lose
 // their promotion rule (a wrapped number).
-#include "kiln/ops/dispatch_mode.h"
-#include "kiln/ops/dispatcher.h"
 #include "kiln/graph/passes/pass.h"
 #include "kiln/graph/passes/rewrite.h"
+#include "kiln/ops/dispatch_mode.h"
+#include "kiln/ops/dispatcher.h"
 
 namespace kiln::graph::passes {
 

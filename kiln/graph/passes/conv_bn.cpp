@@ -1,5 +1,6 @@
 // Conv + batch-norm fusion (Note [graph passes]): in a frozen (inference) graph, the chain
-//   conv2d(x, w, conv_bias?) -> batch_norm_eval(., mean, var, weight?, bias?) [-> add(., r)] [-> relu]
+//   conv2d(x, w, conv_bias?) -> batch_norm_eval(., mean, var, weight?, bias?) [-> add(., r)] [->
+//   relu]
 // that a model built from separate Conv2d, BatchNorm2d and ReLU modules traces to becomes
 //   conv_bn_fold(mean, var, weight?, bias?, conv_bias?) -> conv2d_affine(x, w, scale, shift, r?)
 // the ops nn::conv_bn emits itself (Note [conv-bn fold]); `fold` then computes the scale and shift
@@ -17,7 +18,9 @@
 namespace kiln::graph::passes {
 namespace {
 
-bool is(const Node& node, const char* name) { return std::strcmp(node.op->name(), name) == 0; }
+bool is(const Node& node, const char* name) {
+  return std::strcmp(node.op->name(), name) == 0;
+}
 
 class ConvBnFuser {
  public:
@@ -30,8 +33,10 @@ class ConvBnFuser {
     bool changed = false;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (drop[i]) continue;
-      if (!is(g_.nodes[i], "batch_norm_eval") || !fuse(i, drop, out)) out.push_back(g_.nodes[i]);
-      else changed = true;
+      if (!is(g_.nodes[i], "batch_norm_eval") || !fuse(i, drop, out))
+        out.push_back(g_.nodes[i]);
+      else
+        changed = true;
     }
     if (changed) g_.nodes = std::move(out);
     return changed;
@@ -40,7 +45,8 @@ class ConvBnFuser {
  private:
   // The node that reads `value` when it is the only reader and not a graph output; else -1.
   int sole_reader(int value) const {
-    if (facts_.uses[static_cast<size_t>(value)] != 1 || facts_.is_output[static_cast<size_t>(value)])
+    if (facts_.uses[static_cast<size_t>(value)] != 1 ||
+        facts_.is_output[static_cast<size_t>(value)])
       return -1;
     for (size_t j = 0; j < g_.nodes.size(); ++j)
       for (int id : g_.nodes[j].inputs)
@@ -75,7 +81,8 @@ class ConvBnFuser {
     int last = bn.outputs[0];
     int residual = kNoValue;
     std::vector<int> epilogue;
-    if (int a = sole_reader(last); a >= 0 && plain(last) && is(g_.nodes[static_cast<size_t>(a)], "add")) {
+    if (int a = sole_reader(last);
+        a >= 0 && plain(last) && is(g_.nodes[static_cast<size_t>(a)], "add")) {
       const Node& add = g_.nodes[static_cast<size_t>(a)];
       const int other = add.inputs[0] == last ? add.inputs[1] : add.inputs[0];
       if (add.inputs[0] != add.inputs[1] && g_.value(other).shape == g_.value(last).shape &&
@@ -87,7 +94,8 @@ class ConvBnFuser {
       }
     }
     bool relu = false;
-    if (int r = sole_reader(last); r >= 0 && plain(last) && is(g_.nodes[static_cast<size_t>(r)], "relu")) {
+    if (int r = sole_reader(last);
+        r >= 0 && plain(last) && is(g_.nodes[static_cast<size_t>(r)], "relu")) {
       relu = true;
       epilogue.push_back(r);
       last = g_.nodes[static_cast<size_t>(r)].outputs[0];

@@ -15,7 +15,8 @@ bool eliminate_dead_code(Graph& g) {
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const Node& node = g.nodes[i];
     bool needed = facts.effectful[i] != 0;
-    for (int id : node.outputs) needed = needed || (id != kNoValue && live[static_cast<size_t>(id)]);
+    for (int id : node.outputs)
+      needed = needed || (id != kNoValue && live[static_cast<size_t>(id)]);
     if (!needed) {
       drop[i] = 1;
       changed = true;

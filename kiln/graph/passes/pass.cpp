@@ -18,9 +18,7 @@ const std::vector<PassEntry>& pipeline() {
   static const std::vector<PassEntry> passes = {
       {"simplify", [](Graph& g, const OptimizeOptions&) { return passes::simplify(g); }},
       {"cse",
-       [](Graph& g, const OptimizeOptions&) {
-         return passes::eliminate_common_subexpressions(g);
-       }},
+       [](Graph& g, const OptimizeOptions&) { return passes::eliminate_common_subexpressions(g); }},
       {"conv_bn",
        [](Graph& g, const OptimizeOptions& o) { return passes::fuse_conv_bn(g, o.freeze); }},
       {"fold",
@@ -35,7 +33,7 @@ constexpr int kMaxRounds = 4;
 std::vector<std::string> split_names(const char* text) {
   std::vector<std::string> names;
   std::string cur;
-  for (const char* p = text; ; ++p) {
+  for (const char* p = text;; ++p) {
     if (*p == ',' || *p == ' ' || *p == '\0') {
       if (!cur.empty()) names.push_back(cur);
       cur.clear();
@@ -102,8 +100,8 @@ Graph optimize(const Graph& g, const OptimizeOptions& options, OptimizeReport* r
       const int before = static_cast<int>(out.nodes.size());
       const auto t0 = std::chrono::steady_clock::now();
       const bool did = p.run(out, options);
-      stat.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count();
+      stat.ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!did) continue;
       changed = true;
       ++stat.rounds_changed;

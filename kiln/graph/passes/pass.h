@@ -17,7 +17,8 @@ namespace kiln::graph {
 //              a view or reshape of a view or reshape, a permute or view that changes nothing
 //   cse        common subexpressions: two pure nodes with the same op (name + attrs) on the same
 //              inputs become one
-//   conv_bn    with `freeze` only: conv2d -> batch_norm_eval (-> add residual) (-> relu), as separate
+//   conv_bn    with `freeze` only: conv2d -> batch_norm_eval (-> add residual) (-> relu), as
+//   separate
 //              Conv2d/BatchNorm2d/ReLU modules trace, becomes conv_bn_fold + conv2d_affine, the
 //              ops nn::conv_bn emits (Note [conv-bn fold]); not bit for bit (the fold rounds
 //              differently, ~1e-6 relative), the one pass that is not

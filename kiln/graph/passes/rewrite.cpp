@@ -46,7 +46,8 @@ GraphFacts::GraphFacts(const Graph& g) {
           root[static_cast<size_t>(id)] = root[static_cast<size_t>(node.inputs[0])];
     const uint64_t mask = node.op->mutates();
     for (size_t k = 0; k < node.inputs.size() && k < 64; ++k)
-      if (mask & (uint64_t{1} << k)) written_roots.push_back(root[static_cast<size_t>(node.inputs[k])]);
+      if (mask & (uint64_t{1} << k))
+        written_roots.push_back(root[static_cast<size_t>(node.inputs[k])]);
     // An output of a writing node may be the written memory itself (alias_of): count it as
     // written too rather than working out which.
     if (mask != 0)

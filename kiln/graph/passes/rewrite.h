@@ -25,14 +25,14 @@ namespace kiln::graph::passes {
 // Every pass is tested against the unoptimized graph on real inputs (tests/graph/passes).
 struct GraphFacts {
   explicit GraphFacts(const Graph& g);
-  std::vector<int> producer;           // node index per value, -1 for inputs and captures
-  std::vector<int> uses;               // reads per value by nodes, plus one per graph output
-  std::vector<char> is_output;         // per value
-  std::vector<char> is_input;          // per value: a graph input
-  std::vector<int> capture_of;         // per value: index into captures, -1 otherwise
-  std::vector<int> root;               // per value: the value whose memory it views (itself if none)
-  std::vector<char> written;           // per value: its root's memory is written by some node
-  std::vector<char> effectful;         // per node
+  std::vector<int> producer;    // node index per value, -1 for inputs and captures
+  std::vector<int> uses;        // reads per value by nodes, plus one per graph output
+  std::vector<char> is_output;  // per value
+  std::vector<char> is_input;   // per value: a graph input
+  std::vector<int> capture_of;  // per value: index into captures, -1 otherwise
+  std::vector<int> root;        // per value: the value whose memory it views (itself if none)
+  std::vector<char> written;    // per value: its root's memory is written by some node
+  std::vector<char> effectful;  // per node
   bool memory_written(int value) const { return written[static_cast<size_t>(value)] != 0; }
 };
 

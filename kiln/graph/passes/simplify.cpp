@@ -19,8 +19,12 @@
 namespace kiln::graph::passes {
 namespace {
 
-bool is(const Node& node, const char* name) { return std::strcmp(node.op->name(), name) == 0; }
-bool is_reshape(const Node& node) { return is(node, "reshape") || is(node, "view"); }
+bool is(const Node& node, const char* name) {
+  return std::strcmp(node.op->name(), name) == 0;
+}
+bool is_reshape(const Node& node) {
+  return is(node, "reshape") || is(node, "view");
+}
 
 class Simplifier {
  public:
@@ -52,8 +56,7 @@ class Simplifier {
   // The value of a scalar of the expression (`full` without inputs, shape []), or nullopt.
   std::optional<double> scalar_value(int value) const {
     const Node* p = producer(value);
-    if (p == nullptr || !is(*p, "full") || !p->inputs.empty() ||
-        !g_.value(value).shape.empty())
+    if (p == nullptr || !is(*p, "full") || !p->inputs.empty() || !g_.value(value).shape.empty())
       return std::nullopt;
     const nlohmann::json a = p->op->attrs();
     return Attrs("full", a).f("value");

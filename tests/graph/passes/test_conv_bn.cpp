@@ -33,8 +33,8 @@ struct Block {
 TEST(ConvBn, SeparateModulesFuseIntoConv2dAffineInAFrozenGraph) {
   NoGradGuard inference;
   Block block;
-  const Graph before = raw_trace([&](const Tensors& in) { return block(in); },
-                                 {TensorSpec({"batch", 3, 6, 6})});
+  const Graph before =
+      raw_trace([&](const Tensors& in) { return block(in); }, {TensorSpec({"batch", 3, 6, 6})});
   OptimizeOptions frozen;
   frozen.freeze = true;
   const Graph after = optimize(before, frozen);
@@ -55,8 +55,8 @@ TEST(ConvBn, SeparateModulesFuseIntoConv2dAffineInAFrozenGraph) {
 TEST(ConvBn, WithoutFreezeOrWithAnotherReaderTheChainStays) {
   NoGradGuard inference;
   Block block;
-  const Graph before = raw_trace([&](const Tensors& in) { return block(in); },
-                                 {TensorSpec({"batch", 3, 6, 6})});
+  const Graph before =
+      raw_trace([&](const Tensors& in) { return block(in); }, {TensorSpec({"batch", 3, 6, 6})});
   Graph g = before;
   EXPECT_FALSE(passes::fuse_conv_bn(g, /*freeze=*/false));
   // The batch norm's output is also returned: it fuses, but the relu after it cannot.

@@ -26,9 +26,9 @@ TEST(Cse, TheSameOpOnTheSameValuesRunsOnce) {
 }
 
 TEST(Cse, DifferentAttrsAreDifferentOps) {
-  Graph before = raw_trace(
-      [](const Tensors& in) { return Tensors{sum(in[0], {0}) + sum(in[0], {1})}; },
-      {TensorSpec({4, 4})});
+  Graph before =
+      raw_trace([](const Tensors& in) { return Tensors{sum(in[0], {0}) + sum(in[0], {1})}; },
+                {TensorSpec({4, 4})});
   Graph after = before;
   EXPECT_FALSE(passes::eliminate_common_subexpressions(after)) << to_text(after);
 }
@@ -54,8 +54,11 @@ TEST(Cse, AReadAfterAWriteIsNotTheEarlierRead) {
 }
 
 TEST(Cse, TwoOutputsOfTheGraphStayTwoTensors) {
-  Graph before = raw_trace([](const Tensors& in) { return Tensors{exp(in[0]), exp(in[0])}; },
-                           {TensorSpec({3})});
+  Graph before = raw_trace(
+      [](const Tensors& in) {
+        return Tensors{exp(in[0]), exp(in[0])};
+      },
+      {TensorSpec({3})});
   Graph after = before;
   passes::eliminate_common_subexpressions(after);
   const Tensors out = run(after, {randn({3})});

@@ -51,8 +51,9 @@ TEST(Optimize, APassCanBeSkippedByNameOrFromTheEnvironment) {
 TEST(Optimize, AnUnknownPassIsAnErrorListingThePasses) {
   OptimizeOptions o;
   o.skip = {"cs"};
-  kiln::test::expect_error([&] { optimize(Graph{}, o); },
-                           {"unknown pass 'cs'", "simplify, cse, conv_bn, fold, dce", "test_pipeline.cpp"});
+  kiln::test::expect_error(
+      [&] { optimize(Graph{}, o); },
+      {"unknown pass 'cs'", "simplify, cse, conv_bn, fold, dce", "test_pipeline.cpp"});
 }
 
 TEST(Optimize, EveryFunctionIsOptimizedUnlessToldNot) {
