@@ -102,7 +102,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
       if (id != kNoValue && last_use[static_cast<size_t>(id)] > static_cast<int>(n))
         env[static_cast<size_t>(id)] = std::move(outs[i]);
     }
-    args.clear();
+    args.clear();  // so that the releases below free the memory before the next node runs
     for (int id : node.inputs)
       if (last_use[static_cast<size_t>(id)] == static_cast<int>(n))
         env[static_cast<size_t>(id)] = {};

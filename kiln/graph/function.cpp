@@ -4,6 +4,7 @@
 
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/graph/executor.h"
@@ -201,10 +202,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, cons
       }
     if (!graph) graph = st.retrace(key, inputs, loc);
   }
-  if (!st.options.record_tape) {
-    NoGradGuard no_tape;
-    return run(*graph, inputs, loc);
-  }
+  std::optional<NoGradGuard> no_tape;
+  if (!st.options.record_tape) no_tape.emplace();
   return run(*graph, inputs, loc);
 }
 
