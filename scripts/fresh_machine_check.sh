@@ -2,8 +2,9 @@
 # The fresh-machine check: proves that the README's two commands work on a minimal Debian 12 that
 # has nothing this machine has installed by hand.
 #
-#   bash scripts/fresh_machine_check.sh          # command 1 end to end, command 2 built (no tests)
-#   bash scripts/fresh_machine_check.sh --full   # command 1 end to end, command 2 end to end (CI)
+#   bash scripts/fresh_machine_check.sh          # command 1 end to end, command 2 built (no tests,
+#                                                # the ASan build only configured)
+#   bash scripts/fresh_machine_check.sh --full   # command 1 end to end, command 2 end to end
 #
 # It bootstraps Debian 12 (`debootstrap --variant=minbase`) from the apt source this machine is
 # configured with, clones the repository's HEAD into it (so only committed work is checked) and
@@ -33,7 +34,7 @@ case "${1:-}" in
   "") ;;
   --full) full=1 ;;
   -h | --help)
-    sed -n '2,7p' "$0"
+    sed -n '2,8p' "$0"
     exit 0
     ;;
   *) die "unknown argument '$1' (expected --full or nothing)" ;;
@@ -178,7 +179,7 @@ if [[ $full == 1 ]]; then
   run_in_root command2.log "bash scripts/test.sh"
   took "command 2"
 else
-  stage "README command 2, every target built (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
+  stage "README command 2, Release built, ASan configured (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
   run_in_root command2.log "KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh"
   took "command 2 build"
 fi
