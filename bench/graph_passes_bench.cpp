@@ -55,22 +55,27 @@ struct Variant {
   const char* label;
   bool optimize;
   bool freeze;
+  bool fuse = true;
 };
 
 void compare(const char* label, const graph::Function::Fn& fn,
              const std::vector<graph::TensorSpec>& signature, const Tensors& inputs, int reps,
              int inner, bool inference) {
   if (!selected(label)) return;
-  const Variant variants[] = {
-      {"raw", false, false}, {"optimized", true, false}, {"frozen", true, true}};
+  // "unfused": every pass but elementwise fusion, to show what fusion buys.
+  std::vector<Variant> variants = {{"raw", false, false},
+                                   {"unfused", true, false, false},
+                                   {"optimized", true, false},
+                                   {"frozen", true, true}};
+  if (!inference) variants.pop_back();
   std::vector<graph::Function> fns;
   std::printf("%s\n", label);
   for (const Variant& v : variants) {
-    if (v.freeze && !inference) continue;
     graph::FunctionOptions o;
     o.name = label;
     o.optimize = v.optimize;
     o.passes.freeze = v.freeze;
+    if (!v.fuse) o.passes.skip = {"fuse"};
     const auto t0 = Clock::now();
     fns.push_back(graph::function(fn, signature, o));
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -93,7 +98,7 @@ void compare(const char* label, const graph::Function::Fn& fn,
     names.push_back(variants[i].label);
   }
   if (!inference) {
-    const auto optimized = fns[1].graphs()[0];
+    const auto optimized = fns[2].graphs()[0];
     calls.push_back([&, optimized] {
       NoGradGuard no_tape;
       graph::run(*optimized, inputs);
@@ -214,6 +219,18 @@ int main(int argc, char** argv) {
     }
     inference("conv-bn-relu x3 (Sequential) inference, batch 32 (3x32x32)", vgg, {32, 3, 32, 32},
               reps, 3);
+  }
+  {
+    // A transformer MLP block's elementwise tail: bias, GELU, scale, residual.
+    Tensor w = randn({512, 2048}) * 0.02, b = randn({2048}), w2 = randn({2048, 512}) * 0.02;
+    Tensor gamma = randn({512});
+    auto block = [&](const Tensors& in) {
+      Tensor h = gelu(matmul(in[0], w) + b, "tanh");
+      return Tensors{in[0] + gamma * (matmul(h, w2) + 1.0)};
+    };
+    NoGradGuard no_grad;
+    compare("mlp block 512-2048-512 (bias, gelu-tanh, scale, residual), batch 256", block,
+            {batch_spec({256, 512})}, {randn({256, 512})}, reps, 5, true);
   }
   inference("resnet18 inference, batch 1 (3x32x32)", nn::resnet18(3, 10), {1, 3, 32, 32}, reps, 20);
   inference("resnet18 inference, batch 64 (3x32x32)", nn::resnet18(3, 10), {64, 3, 32, 32}, reps,

@@ -125,7 +125,9 @@ struct Options {
 // in its own process (run.sh), so peak memory and allocator caches do not leak between them.
 nlohmann::json run_micro(const Options& o);  // kiln_h2h.cpp
 nlohmann::json run_train(const Options& o);  // kiln_h2h_models.cpp
+nlohmann::json run_train_compiled(const Options& o);
 nlohmann::json run_infer(const Options& o);
+nlohmann::json run_compile(const Options& o);
 nlohmann::json run_cnn(const Options& o);
 
 inline void log(const std::string& msg) {

@@ -4,7 +4,7 @@
 // Progress goes to stderr. The twins of every workload, under the same names, are in
 // torch_h2h.py (PyTorch) and ort_h2h.js (ONNX Runtime); report.py joins the three.
 //
-//   kiln_h2h --group=micro|train|infer|cnn [--quick] [--threads=2]
+//   kiln_h2h --group=micro|train|trainc|infer|compile|cnn [--quick] [--threads=2]
 //            [--dir=DIR (infer: torch_h2h.py prepare's output)]
 //            [--data=/usr/share/datasets/fashion-mnist (cnn)]
 //
@@ -12,13 +12,20 @@
 //   micro  dispatch_add (1-element add, no grad), sgemm_1024 (kiln::matmul) and
 //          sgemm_1024_onednn (oneDNN's C dnnl_sgemm on the same operands), conv_fwd,
 //          conv_bwd_data, conv_bwd_weight (3x3, 64->64 channels, 32x32, batch 64, padding 1),
-//          mlp_step (784-256-10 MLP, cross entropy, SGD lr 0.01, batch 64)
+//          mlp_step (784-256-10 MLP, cross entropy, SGD lr 0.01, batch 64), and the same step
+//          compiled (mlp_step@compiled: train::compile_train_step)
 //   train  resnet18_train_step (CIFAR ResNet-18, batch 128, Adam 1e-3) and the process's peak
 //          resident memory (VmHWM) after it
+//   trainc resnet18_train_step@compiled: the same step through compile_train_step, in a process
+//          of its own (its peak RSS is the compiled step's)
 //   infer  resnet18_infer_b1, resnet18_infer_b64 (eval mode, no grad) on the weights torch_h2h.py
-//          exported, after checking kiln's logits against PyTorch's
+//          exported, after checking kiln's logits against PyTorch's; the same compiled
+//          (@compiled: traced once with a symbolic batch, frozen, every pass)
+//   compile  compile time (trace + passes + first call) of the frozen ResNet-18 graph, then the
+//          first-call time and latency at batch 1, 8, 32, 64, 128 (resnet18_latency_bN@compiled)
 //   cnn    cnn_epoch: the small CNN over the 60000 Fashion-MNIST training images, batch 128,
-//          Adam 1e-3 (--quick: 50 steps, extrapolated to an epoch)
+//          Adam 1e-3 (--quick: 50 steps, extrapolated to an epoch), eager and compiled
+//          (cnn_epoch@compiled)
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cstdio>
@@ -103,6 +110,13 @@ json run_micro(const Options& o) {
                               step)
                               .to_json();
     log("mlp_step done");
+    // The same step compiled (Note [compiled training step]), on a twin model.
+    auto twin = kiln::nn::mlp(784, {256}, 10);
+    kiln::optim::SGD opt_c(twin->parameters(), {.lr = 0.01});
+    kiln::train::CompiledStep compiled = kiln::train::compile_train_step(
+        *twin, [](const Tensor& l, const Tensor& t) { return kiln::cross_entropy(l, t); }, opt_c);
+    results["mlp_step@compiled"] = time_workload([&] { compiled(x, y); }, step).to_json();
+    log("mlp_step@compiled done");
   }
   return {{"results", results}, {"info", json::object()}};
 }
@@ -112,11 +126,12 @@ json run_micro(const Options& o) {
 namespace {
 
 [[noreturn]] void usage(const std::string& bad) {
-  std::fprintf(stderr,
-               "kiln_h2h: unknown or malformed argument '%s'\n"
-               "usage: kiln_h2h --group=micro|train|infer|cnn [--quick] [--threads=N] "
-               "[--dir=DIR] [--data=DIR]\n",
-               bad.c_str());
+  std::fprintf(
+      stderr,
+      "kiln_h2h: unknown or malformed argument '%s'\n"
+      "usage: kiln_h2h --group=micro|train|trainc|infer|compile|cnn [--quick] [--threads=N] "
+      "[--dir=DIR] [--data=DIR]\n",
+      bad.c_str());
   std::exit(2);
 }
 
@@ -161,6 +176,10 @@ int main(int argc, char** argv) try {
     out = h2h::run_infer(o);
   else if (o.group == "cnn")
     out = h2h::run_cnn(o);
+  else if (o.group == "trainc")
+    out = h2h::run_train_compiled(o);
+  else if (o.group == "compile")
+    out = h2h::run_compile(o);
   else
     usage("--group=" + o.group);
   out["side"] = "kiln";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,6 +15,42 @@ namespace h2h {
 
 using kiln::Tensor;
 using nlohmann::json;
+
+namespace {
+
+// A spec with a symbolic first dim ("batch"), the others as in `shape`.
+kiln::graph::TensorSpec batch_spec(const kiln::Shape& shape) {
+  kiln::graph::SymShape dims = kiln::graph::static_shape(shape);
+  dims[0].symbol = "batch";
+  return kiln::graph::TensorSpec(dims, kiln::DType::Float32);
+}
+
+// The inference graph users deploy (Note [graph passes]): traced once with a symbolic batch,
+// frozen (parameters and buffers are constants), every pass on.
+kiln::graph::Function compiled_inference(const std::shared_ptr<kiln::nn::Module>& model,
+                                         const kiln::Shape& example) {
+  kiln::graph::FunctionOptions options;
+  options.name = "resnet18";
+  options.passes.freeze = true;
+  return kiln::nn::function(model, {batch_spec(example)}, options);
+}
+
+double max_rel_err(const Tensor& got, const Tensor& want) {
+  std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  if (g.size() != w.size()) return INFINITY;
+  double max_diff = 0.0, max_ref = 0.0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(g[i]) - w[i]));
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(w[i])));
+  }
+  return max_diff / std::max(max_ref, 1e-30);
+}
+
+double seconds_since(double t0) {
+  return now_s() - t0;
+}
+
+}  // namespace
 
 json run_train(const Options& o) {
   // The resident set before the model exists: the process with kiln loaded and nothing else.
@@ -41,6 +78,38 @@ json run_train(const Options& o) {
                {"steps", plan.warmup + plan.reps},
                {"allocator_peak_reserved_mib",
                 static_cast<double>(stats.peak_reserved_bytes) / (1024.0 * 1024.0)},
+               {"allocator_peak_allocated_mib",
+                static_cast<double>(stats.peak_allocated_bytes) / (1024.0 * 1024.0)},
+               {"last_loss", last_loss}};
+  return {{"results", results}, {"info", info}};
+}
+
+// The same step through train::compile_train_step (Note [compiled training step]), in a process
+// of its own so that its peak RSS is its own.
+json run_train_compiled(const Options& o) {
+  const double baseline_mib = proc_status_mib("VmRSS");
+  auto model = kiln::nn::resnet18(3, 10);
+  model->train();
+  kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  Tensor x = kiln::randn({128, 3, 32, 32});
+  Tensor y = kiln::randint(0, 10, {128});
+  kiln::train::CompiledStep step = kiln::train::compile_train_step(
+      *model, [](const Tensor& logits, const Tensor& t) { return kiln::cross_entropy(logits, t); },
+      opt);
+  double last_loss = 0.0;
+  const double t0 = now_s();
+  last_loss = step(x, y).loss.item();
+  const double first_s = seconds_since(t0);
+  const Plan plan{.warmup = 1, .reps = o.quick ? 3 : 5, .min_time = 0.0};
+  json results = json::object();
+  results["resnet18_train_step@compiled"] =
+      time_workload([&] { last_loss = step(x, y).loss.item(); }, plan).to_json();
+  log("resnet18_train_step@compiled done");
+  const kiln::MemoryStats stats = kiln::memory_stats();
+  json info = {{"rss_peak_mib", proc_status_mib("VmHWM")},
+               {"rss_baseline_mib", baseline_mib},
+               {"steps", 1 + plan.warmup + plan.reps},
+               {"first_call_s", first_s},
                {"allocator_peak_allocated_mib",
                 static_cast<double>(stats.peak_allocated_bytes) / (1024.0 * 1024.0)},
                {"last_loss", last_loss}};
@@ -77,21 +146,64 @@ json run_infer(const Options& o) {
   const Plan b64{.warmup = 1, .reps = o.quick ? 3 : 7, .min_time = 0.0};
   results["resnet18_infer_b64"] = time_workload([&] { Tensor y = (*model)(x64); }, b64).to_json();
   log("resnet18_infer_b64 done");
-  json info = {{"logits_max_rel_err", rel}, {"logits_max_abs_err", max_diff}};
+  // Compiled: one trace with a symbolic batch serves both sizes.
+  kiln::graph::Function compiled = compiled_inference(model, x64.shape());
+  const double compiled_rel = max_rel_err(compiled({x64})[0], want);
+  log("compiled resnet18 logits vs PyTorch: " + std::to_string(compiled_rel));
+  results["resnet18_infer_b1@compiled"] =
+      time_workload([&] { Tensor y = compiled({x1})[0]; }, b1).to_json();
+  results["resnet18_infer_b64@compiled"] =
+      time_workload([&] { Tensor y = compiled({x64})[0]; }, b64).to_json();
+  log("compiled resnet18 inference done (" + std::to_string(compiled.stats().traces) + " trace)");
+  json info = {{"logits_max_rel_err", rel},
+               {"logits_max_abs_err", max_diff},
+               {"compiled_logits_max_rel_err", compiled_rel},
+               {"compiled_traces", compiled.stats().traces}};
   return {{"results", results}, {"info", info}};
 }
 
-json run_cnn(const Options& o) {
-  auto ds = kiln::data::fashion_mnist(o.data, "train");
-  const Tensor images = ds->data();  // float32 [60000, 1, 28, 28] in [0, 1]
-  const Tensor labels = ds->target();
-  const int64_t n = images.size(0), batch = 128;
-  auto model = kiln::nn::small_cnn(1, 10, 28);
-  model->train();
-  kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
+// Compile time and latency by batch size (ResNet-18 inference): one compile with a symbolic batch
+// serves every size; the first call at each size shows that nothing is traced again.
+json run_compile(const Options& o) {
+  if (o.dir.empty()) throw std::runtime_error("--group=compile needs --dir (torch_h2h.py prepare)");
+  auto model = kiln::nn::resnet18(3, 10);
+  model->load_state_dict(kiln::io::load_safetensors(o.dir + "/weights.safetensors").tensors);
+  model->eval();
+  kiln::NoGradGuard no_grad;
+  json results = json::object(), info = json::object();
+  const double t0 = now_s();
+  kiln::graph::Function compiled = compiled_inference(model, {1, 3, 32, 32});
+  Tensor first = compiled({kiln::randn({1, 3, 32, 32})})[0];
+  info["compile_s"] = seconds_since(t0);  // trace + passes + the first call, at batch 1
+  for (int64_t b : {1, 8, 32, 64, 128}) {
+    Tensor x = kiln::randn({b, 3, 32, 32});
+    const double f0 = now_s();
+    Tensor y = compiled({x})[0];
+    info["first_call_s_b" + std::to_string(b)] = seconds_since(f0);
+    const Plan plan{.warmup = 1, .reps = o.quick ? 3 : 5, .min_time = o.quick ? 0.05 : 0.2};
+    results["resnet18_latency_b" + std::to_string(b) + "@compiled"] =
+        time_workload([&] { Tensor z = compiled({x})[0]; }, plan).to_json();
+    log("batch " + std::to_string(b) + " done");
+  }
+  info["traces"] = compiled.stats().traces;
+  return {{"results", results}, {"info", info}};
+}
 
-  // Batches are shuffled index_selects from the in-memory tensors on both sides: the figure is
-  // training compute plus batching, not a data loader (bench/compare_loader.sh measures that).
+namespace {
+
+struct CnnResult {
+  json timing;
+  double mean_loss = 0.0;
+};
+
+// Epochs of the small CNN over the training images, each batch given to train_batch (which
+// returns its loss). Batches are shuffled index_selects from the in-memory tensors on both sides:
+// the figure is training compute plus batching, not a data loader (bench/compare_loader.sh
+// measures that).
+template <class TrainBatch>
+CnnResult cnn_epochs(const Options& o, const Tensor& images, const Tensor& labels,
+                     TrainBatch&& train_batch) {
+  const int64_t n = images.size(0), batch = 128;
   std::vector<int64_t> order;
   int64_t epoch = 0, pos = n;
   double loss_sum = 0.0;
@@ -105,16 +217,11 @@ json run_cnn(const Options& o) {
     Tensor idx =
         kiln::tensor<int64_t>(std::vector<int64_t>(order.begin() + pos, order.begin() + pos + len));
     pos += len;
-    opt.zero_grad();
-    Tensor loss = kiln::cross_entropy((*model)(kiln::index_select(images, 0, idx)),
-                                      kiln::index_select(labels, 0, idx));
-    loss.backward();
-    opt.step();
-    loss_sum += loss.item();
+    loss_sum += train_batch(kiln::index_select(images, 0, idx), kiln::index_select(labels, 0, idx));
     ++loss_count;
   };
   const int warmup_steps = 5;
-  json results = json::object(), info = json::object();
+  CnnResult r;
   if (o.quick) {
     const int steps = 50;
     Timing t = time_workload(step, Plan{.warmup = warmup_steps, .reps = steps, .min_time = 0.0});
@@ -126,7 +233,7 @@ json run_cnn(const Options& o) {
     j["cpu_median_s"] = j["cpu_median_s"].get<double>() * scale;
     j["extrapolated_from_steps"] = steps;
     j["step_median_s"] = t.median;
-    results["cnn_epoch"] = j;
+    r.timing = j;
   } else {
     for (int i = 0; i < warmup_steps; ++i) step();
     auto run_epoch = [&] {
@@ -138,11 +245,40 @@ json run_cnn(const Options& o) {
         if (pos >= n) break;
       }
     };
-    results["cnn_epoch"] =
-        time_workload(run_epoch, Plan{.warmup = 0, .reps = 3, .min_time = 0.0}).to_json();
+    r.timing = time_workload(run_epoch, Plan{.warmup = 0, .reps = 3, .min_time = 0.0}).to_json();
   }
-  info["mean_loss_last_epoch_or_steps"] = loss_count ? loss_sum / loss_count : 0.0;
-  log("cnn_epoch done");
+  r.mean_loss = loss_count ? loss_sum / static_cast<double>(loss_count) : 0.0;
+  return r;
+}
+
+}  // namespace
+
+json run_cnn(const Options& o) {
+  auto ds = kiln::data::fashion_mnist(o.data, "train");
+  const Tensor images = ds->data();  // float32 [60000, 1, 28, 28] in [0, 1]
+  const Tensor labels = ds->target();
+  json results = json::object(), info = json::object();
+  // Eager, then compiled (Note [compiled training step]) on a fresh model and optimizer.
+  for (const bool compile : {false, true}) {
+    const std::string key = compile ? "cnn_epoch@compiled" : "cnn_epoch";
+    auto model = kiln::nn::small_cnn(1, 10, 28);
+    model->train();
+    kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    auto ce = [](const Tensor& l, const Tensor& t) { return kiln::cross_entropy(l, t); };
+    std::optional<kiln::train::CompiledStep> compiled;
+    if (compile) compiled.emplace(kiln::train::compile_train_step(*model, ce, opt));
+    const CnnResult r = cnn_epochs(o, images, labels, [&](const Tensor& xb, const Tensor& yb) {
+      if (compiled) return (*compiled)(xb, yb).loss.item();
+      opt.zero_grad();
+      Tensor loss = ce((*model)(xb), yb);
+      loss.backward();
+      opt.step();
+      return loss.item();
+    });
+    results[key] = r.timing;
+    info[compile ? "mean_loss_compiled" : "mean_loss_last_epoch_or_steps"] = r.mean_loss;
+    log(key + " done");
+  }
   return {{"results", results}, {"info", info}};
 }
 

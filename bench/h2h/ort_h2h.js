@@ -1,26 +1,30 @@
 // ONNX Runtime's side of the head-to-head harness (bench/h2h/run.sh): ResNet-18 inference on the
 // model torch_h2h.py exported, through onnxruntime-node's CPU execution provider.
 //
-//   node bench/h2h/ort_h2h.js --dir DIR [--quick] [--threads 2]
+//   node bench/h2h/ort_h2h.js --dir DIR [--group infer|compile] [--quick] [--threads 2]
 //
 // DIR holds resnet18.onnx and inputs.safetensors (x64, and PyTorch's logits64 for the correctness
 // check). Prints one JSON object on stdout in kiln_h2h's format (results resnet18_infer_b1,
 // resnet18_infer_b64; info logits_max_rel_err); progress goes to stderr. Timing is the algorithm
 // of h2h_common.h; each call is one awaited session.run, as a Node service would make it.
+// --group compile: session creation time, then first call and latency at batch 1, 8, 32, 64, 128
+// (results resnet18_latency_bN).
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
 
 function parseArgs(argv) {
-  const a = {dir: '', quick: false, threads: 2};
+  const a = {dir: '', quick: false, threads: 2, group: 'infer'};
   for (let i = 0; i < argv.length; ++i) {
     if (argv[i] === '--dir') a.dir = argv[++i];
+    else if (argv[i] === '--group') a.group = argv[++i];
     else if (argv[i] === '--quick') a.quick = true;
     else if (argv[i] === '--threads') a.threads = parseInt(argv[++i], 10);
     else throw new Error(`unknown argument '${argv[i]}'`);
   }
   if (!a.dir) throw new Error('--dir is required');
+  if (a.group !== 'infer' && a.group !== 'compile') throw new Error(`unknown group '${a.group}'`);
   return a;
 }
 
@@ -88,16 +92,51 @@ async function timeWorkload(fn, warmup, reps, minTime = 0) {
           samples_s: perCall, cpu_median_s: median(cpu)};
 }
 
-async function main() {
-  const a = parseArgs(process.argv.slice(2));
-  const before = loadavg();
-  const session = await ort.InferenceSession.create(path.join(a.dir, 'resnet18.onnx'), {
+function createSession(a) {
+  return ort.InferenceSession.create(path.join(a.dir, 'resnet18.onnx'), {
     executionProviders: ['cpu'],
     intraOpNumThreads: a.threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
   });
+}
+
+// Session creation (load, graph optimization, kernel setup: ONNX Runtime's compile step, done once
+// for the model's dynamic batch), then the first call and the latency at each batch size.
+async function compileGroup(a) {
+  const t0 = now();
+  const session = await createSession(a);
+  const info = {session_create_s: now() - t0};
+  const inName = session.inputNames[0];
+  const results = {};
+  for (const b of [1, 8, 32, 64, 128]) {
+    const data = new Float32Array(b * 3 * 32 * 32);
+    for (let i = 0; i < data.length; ++i) data[i] = Math.sin(i);
+    const x = new ort.Tensor('float32', data, [b, 3, 32, 32]);
+    const f0 = now();
+    await session.run({[inName]: x});
+    info[`first_call_s_b${b}`] = now() - f0;
+    results[`resnet18_latency_b${b}`] = await timeWorkload(() => session.run({[inName]: x}), 1,
+                                                           a.quick ? 3 : 5, a.quick ? 0.05 : 0.2);
+    log(`batch ${b} done`);
+  }
+  return {results, info};
+}
+
+async function main() {
+  const a = parseArgs(process.argv.slice(2));
+  const before = loadavg();
+  if (a.group === 'compile') {
+    const {results, info} = await compileGroup(a);
+    process.stdout.write(JSON.stringify({
+      side: 'ort', group: 'compile', quick: a.quick, threads: a.threads,
+      version: ort.env.versions ? ort.env.versions.node : 'unknown',
+      loadavg_before: before, loadavg_after: loadavg(), results, info,
+    }, null, 1) + '\n');
+    return;
+  }
+  const session = await createSession(a);
   const inputs = loadSafetensors(path.join(a.dir, 'inputs.safetensors'));
   const x = inputs.x64;
   const want = inputs.logits64.data;

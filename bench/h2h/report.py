@@ -3,7 +3,8 @@
 
   report.py --dir WORK [--out FILE] [--compare SAVED] [--tolerance 0.10] [--meta KEY=VALUE ...]
 
-WORK holds {kiln,torch}_{micro,train,infer,cnn}.json and ort_infer.json (each side's output) and
+WORK holds SIDE_GROUP.json for every side and group of SIDE_GROUPS (each process's output; a
+result named "workload@compiled" is kiln compiled's, "@torchscript" TorchScript's) and
 prepare.json (torch_h2h.py prepare). A missing or unreadable file leaves its cells empty ("-") and
 is listed at the end.
 
@@ -19,8 +20,15 @@ import statistics
 import sys
 
 SIDES = ("kiln", "torch", "ort", "onednn")
-SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN"}
-GROUPS = ("micro", "infer", "train", "cnn")
+SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN",
+              "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch"}
+GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn")
+# Which processes run which groups (run.sh).
+SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn"),
+               "ort": ("infer", "compile"), "libtorch": ("micro", "infer", "train")}
+# A result key "name@suffix" is the workload `name` on another side of the same process.
+SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts"}
+BATCHES = (1, 8, 32, 64, 128)
 LOGITS_TOLERANCE = 1e-4
 
 
@@ -82,6 +90,24 @@ ROWS = [
 
 # key -> [(description, predicate over the row's seconds/MiB by side)]. Speed targets compare
 # seconds per call (lower is faster); a rate's ratio is the inverse ratio of times.
+# Graph mode (issue 15): kiln compiled against the graph runtimes and C++ API a user would pick
+# instead. key, label, unit, kind, scale, FLOPs, then the targets over the rows' seconds (MiB).
+GRAPH_ROWS = [r for r in ROWS if r[0] in (
+    "dispatch_add", "resnet18_infer_b1", "resnet18_infer_b64", "resnet18_train_step", "mlp_step",
+    "cnn_epoch", "resnet18_train_rss")]
+GRAPH_SIDES = ("kilnc", "kiln", "ts", "torch", "libtorch", "ort")
+GRAPH_TARGETS = {
+    "resnet18_infer_b1": [("latency <= 0.9x ONNX RT", lambda f: f["kilnc"] <= 0.9 * f["ort"])],
+    "resnet18_infer_b64": [(">= 1.6x ONNX RT", lambda f: f["ort"] / f["kilnc"] >= 1.6),
+                           (">= 1.3x TorchScript", lambda f: f["ts"] / f["kilnc"] >= 1.3)],
+    "resnet18_train_step": [(">= 1.6x PyTorch", lambda f: f["torch"] / f["kilnc"] >= 1.6),
+                            (">= 1.15x kiln eager", lambda f: f["kiln"] / f["kilnc"] >= 1.15)],
+    "mlp_step": [(">= 3x PyTorch", lambda f: f["torch"] / f["kilnc"] >= 3.0),
+                 (">= 1.5x LibTorch", lambda f: f["libtorch"] / f["kilnc"] >= 1.5)],
+    "cnn_epoch": [(">= 2x PyTorch", lambda f: f["torch"] / f["kilnc"] >= 2.0)],
+    "resnet18_train_rss": [("<= 0.5x PyTorch", lambda f: f["kilnc"] <= 0.5 * f["torch"])],
+}
+
 TARGETS = {
     "resnet18_train_step": [(">= 1.2x PyTorch img/s", lambda f: f["torch"] / f["kiln"] >= 1.2)],
     "resnet18_infer_b64": [(">= 0.9x ONNX RT", lambda f: f["ort"] / f["kiln"] >= 0.9),
@@ -97,7 +123,7 @@ def load_sides(work):
     """{"kiln_micro": doc, "kiln_micro.r2": doc, ...}: round 1 and any later rounds (run.sh
     --rounds)."""
     raw, missing = {}, []
-    for side, group in [(s, g) for s in ("kiln", "torch") for g in GROUPS] + [("ort", "infer")]:
+    for side, group in [(s, g) for s, groups in SIDE_GROUPS.items() for g in groups]:
         name = f"{side}_{group}"
         later = sorted(glob.glob(os.path.join(work, f"{name}.r*.json")),
                        key=lambda p: int(p.rsplit(".r", 1)[1].split(".")[0]))
@@ -121,12 +147,19 @@ def collect(raw):
     rounds, info, rss = {}, {}, {}
     for name, doc in raw.items():
         side = doc.get("side", name.split("_")[0])
-        info.setdefault(side, {}).update(doc.get("info", {}))
+        group = doc.get("group", "")
+        # The compile group's info is per process kind (kiln compile_s, ORT session_create_s).
+        info_key = {"compile": side + "_compile", "trainc": "kilnc"}.get(group, side)
+        info.setdefault(info_key, {}).update(doc.get("info", {}))
         if "rss_peak_mib" in doc.get("info", {}):
-            rss.setdefault(side, []).append(doc["info"]["rss_peak_mib"])
+            rss.setdefault("kilnc" if group == "trainc" else side, []).append(
+                doc["info"]["rss_peak_mib"])
         for key, r in doc.get("results", {}).items():
             if key == "sgemm_1024_onednn":
                 key, side_here = "sgemm_1024", "onednn"
+            elif "@" in key:
+                key, suffix = key.split("@", 1)
+                side_here = SUFFIX_SIDES.get(suffix, suffix)
             else:
                 side_here = side
             rounds.setdefault(key, {}).setdefault(side_here, []).append(r)
@@ -141,7 +174,7 @@ def collect(raw):
                 "cpu_median": median_or_none([r.get("cpu_median_s") for r in rs]),
                 "extrapolated_from_steps": rs[0].get("extrapolated_from_steps")}
     for side, peaks in rss.items():
-        if side in ("kiln", "torch"):
+        if side in ("kiln", "torch", "kilnc", "libtorch"):
             figures.setdefault("resnet18_train_rss", {})[side] = {
                 "median": statistics.median(peaks), "min": min(peaks), "rounds": len(peaks)}
     return figures, info
@@ -166,7 +199,12 @@ def fmt(x):
     return f"{x:.3g}"
 
 
-def build_rows(figures):
+def build_rows(figures, spec=None, targets=None, base="kiln", all_sides=None):
+    """One row per workload of `spec` (ROWS by default): each side's figure, GFLOP/s and share of
+    the sgemm peak, `base`'s ratio to every other side, and the row's targets. all_sides, when
+    given, replaces each row's own list of sides."""
+    spec = ROWS if spec is None else spec
+    targets = TARGETS if targets is None else targets
     # The machine's peak: the best sgemm repetition of the three (the least disturbed by other
     # load); every workload's fraction of it uses that workload's median.
     peak, peak_side = 0.0, None
@@ -177,7 +215,8 @@ def build_rows(figures):
             if g > peak:
                 peak, peak_side = g, side
     rows = []
-    for key, label, unit, kind, scale, flops, sides in ROWS:
+    for key, label, unit, kind, scale, flops, own_sides in spec:
+        sides = all_sides or own_sides
         fig = figures.get(key, {})
         row = {"key": key, "label": label, "unit": unit, "figures": {}, "vs": {}, "vs_cpu": {},
                "gflops": {}, "peak_fraction": {}, "targets": []}
@@ -196,9 +235,9 @@ def build_rows(figures):
                 row["gflops"][side] = g
                 if peak:
                     row["peak_fraction"][side] = g / peak
-        k = fig.get("kiln")
+        k = fig.get(base)
         for side in sides:
-            if side != "kiln" and k and fig.get(side):
+            if side != base and k and fig.get(side):
                 o = fig[side]["median"]
                 # Speed: other's time / kiln's (> 1: kiln faster). Memory: kiln's / other's.
                 row["vs"][side] = k["median"] / o if kind == "mib" else o / k["median"]
@@ -207,7 +246,7 @@ def build_rows(figures):
                 if kind != "mib" and kc and oc:
                     row["vs_cpu"][side] = oc / kc
         medians = {s: v["median"] for s, v in fig.items()}
-        for text, pred in TARGETS.get(key, []):
+        for text, pred in targets.get(key, []):
             try:
                 met = bool(pred(medians))
             except (KeyError, ZeroDivisionError):
@@ -291,6 +330,80 @@ def render(rows, peak, peak_side, has_saved):
     return "\n".join(out)
 
 
+def render_graph(rows):
+    """The graph-mode table: kiln compiled's figure next to every other side's, its ratio to
+    each (X's time / kiln compiled's; for RSS kiln compiled's MiB / X's), its GFLOP/s and share of
+    the sgemm peak, and issue 15's targets."""
+    head = ["workload", "unit"] + [SIDE_NAMES[s] for s in GRAPH_SIDES] + \
+        [f"vs {SIDE_NAMES[s]}" for s in GRAPH_SIDES[1:]] + ["compiled GF/s %pk", "target", "met"]
+    lines = [head]
+    for r in rows:
+        cells = [r["label"] + (" *" if r.get("extrapolated_from_steps") else ""), r["unit"]]
+        for side in GRAPH_SIDES:
+            f = r["figures"].get(side)
+            cells.append(f"{fmt(f['median'])} ({fmt(f['best'])})" if f else "-")
+        for side in GRAPH_SIDES[1:]:
+            v = r["vs"].get(side)
+            cells.append(f"{v:.2f}x" if v is not None else "-")
+        g, p = r["gflops"].get("kilnc"), r["peak_fraction"].get("kilnc")
+        cells.append(f"{g:.1f} {100 * p:.0f}%" if g is not None and p is not None else
+                     (f"{g:.1f}" if g is not None else "-"))
+        cells.append("; ".join(t["target"] for t in r["targets"]) or "")
+        cells.append("; ".join({True: "PASS", False: "FAIL", None: "n/a"}[t["met"]]
+                               for t in r["targets"]))
+        lines.append(cells)
+    return table(lines, left={0, 1, len(head) - 2, len(head) - 1})
+
+
+def compile_rows(figures, info):
+    """Compile time and latency by batch size (ResNet-18 inference): kiln compiles once with a
+    symbolic batch, TorchScript traces per size, ONNX Runtime creates one session."""
+    rows = []
+    k, t, o = info.get("kiln_compile", {}), info.get("torch_compile", {}), info.get("ort_compile", {})
+    for b in BATCHES:
+        fig = figures.get(f"resnet18_latency_b{b}", {})
+        lat = {side: fig[side]["median"] for side in ("kilnc", "ts", "ort") if side in fig}
+        rows.append({"batch": b,
+                     "kiln_compile_s": k.get("compile_s") if b == BATCHES[0] else 0.0,
+                     "kiln_first_call_s": k.get(f"first_call_s_b{b}"),
+                     "torchscript_compile_s": t.get(f"compile_s_b{b}"),
+                     "ort_session_s": o.get("session_create_s") if b == BATCHES[0] else 0.0,
+                     "ort_first_call_s": o.get(f"first_call_s_b{b}"),
+                     "latency_s": lat})
+    return rows, k.get("traces")
+
+
+def render_compile(rows, traces):
+    ms = lambda v: "-" if v is None else f"{1e3 * v:.1f}"
+    head = ["batch", "kiln compile ms", "kiln 1st call ms", "kiln ms", "TS compile ms", "TS ms",
+            "ORT session ms", "ORT 1st call ms", "ORT ms", "kiln vs TS", "kiln vs ORT"]
+    lines = [head]
+    for r in rows:
+        lat = r["latency_s"]
+        vs = lambda side: (f"{lat[side] / lat['kilnc']:.2f}x" if side in lat and "kilnc" in lat
+                           else "-")
+        lines.append([str(r["batch"]), ms(r["kiln_compile_s"]), ms(r["kiln_first_call_s"]),
+                      ms(lat.get("kilnc")), ms(r["torchscript_compile_s"]), ms(lat.get("ts")),
+                      ms(r["ort_session_s"]), ms(r["ort_first_call_s"]), ms(lat.get("ort")),
+                      vs("ts"), vs("ort")])
+    note = (f"kiln: one trace with a symbolic batch for all sizes ({traces} trace(s) in all; "
+            "compile = trace + passes + the first call at batch 1); TorchScript: trace + freeze + "
+            "optimize_for_inference + first call, per size; ONNX Runtime: one session (dynamic "
+            "batch).")
+    return table(lines, left=set()) + "\n" + note
+
+
+def table(lines, left):
+    widths = [max(len(l[i]) for l in lines) for i in range(len(lines[0]))]
+    out = []
+    for i, l in enumerate(lines):
+        out.append(" | ".join(c.ljust(w) if j in left else c.rjust(w)
+                              for j, (c, w) in enumerate(zip(l, widths))))
+        if i == 0:
+            out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dir", required=True)
@@ -307,6 +420,7 @@ def main():
     meta["loadavg"] = {name: [d.get("loadavg_before"), d.get("loadavg_after")]
                        for name, d in raw.items()}
     meta["versions"] = {"torch": raw.get("torch_micro", {}).get("version"),
+                        "libtorch": raw.get("libtorch_micro", {}).get("version"),
                         "onnxruntime-node": raw.get("ort_infer", {}).get("version")}
     meta["torch_blas"] = info.get("torch", {}).get("blas")
     try:
@@ -348,6 +462,18 @@ def main():
     print()
     print(render(rows, peak, peak_side, bool(saved_path)))
     print()
+    graph_rows, _, _ = build_rows(figures, GRAPH_ROWS, GRAPH_TARGETS, base="kilnc",
+                                  all_sides=GRAPH_SIDES)
+    print("graph mode: kiln compiled (traced once, every pass; inference frozen) against kiln "
+          "eager, TorchScript (trace + freeze + optimize_for_inference), PyTorch eager, LibTorch "
+          "(C++) and ONNX Runtime; vs X: X's time / kiln compiled's (> 1: compiled faster), for "
+          "RSS compiled's MiB / X's")
+    print(render_graph(graph_rows))
+    print()
+    crows, traces = compile_rows(figures, info)
+    print("compile time and latency by batch size, ResNet-18 inference:")
+    print(render_compile(crows, traces))
+    print()
     print("kiln vs X: X's time / kiln's time (> 1: kiln faster; rates likewise); for peak RSS, "
           "kiln's MiB / PyTorch's (< 1: kiln smaller).")
     print("JSON: every repetition's seconds, minimums, and the ratios in CPU seconds (vs_cpu), "
@@ -366,7 +492,7 @@ def main():
     for name, c in checks.items():
         print(f"correctness: {name}: max |diff| / max |ref| = {c['max_rel_err']:.2e} "
               f"(<= {LOGITS_TOLERANCE:g}: {'ok' if c['ok'] else 'FAILED'})")
-    for side in ("kiln", "torch"):
+    for side in ("kiln", "kilnc", "torch", "libtorch"):
         i = info.get(side, {})
         if "rss_peak_mib" in i:
             extra = ""
@@ -384,6 +510,7 @@ def main():
 
     if a.out:
         doc = {"meta": meta, "peak_gflops": peak, "peak_from": peak_side, "rows": rows,
+               "graph_rows": graph_rows, "compile_rows": crows,
                "checks": checks, "regressions": flagged, "compared_with": saved_path,
                "missing": missing, "info": info, "raw": raw}
         tmp = a.out + ".tmp"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# kiln vs PyTorch vs ONNX Runtime, head to head, in one run (see the "Head to head" section of
-# bench/README.md). Installs what it needs, builds kiln_h2h in Release, runs every workload group
-# as a separate process per framework (2 threads each), and prints one table; the same goes to a
-# JSON file.
+# kiln (eager and compiled) vs PyTorch (eager and TorchScript) vs LibTorch vs ONNX Runtime, head
+# to head, in one run (see the "Head to head" section of bench/README.md). Installs what it needs,
+# builds kiln_h2h and libtorch_h2h in Release, runs every workload group as a separate process per
+# framework (2 threads each), and prints the tables; the same goes to a JSON file.
 #
 #   bench/h2h/run.sh [--quick] [--compare SAVED.json] [--out FILE.json] [--tolerance 0.10]
 #                    [--torch-blas openblas|system]
@@ -68,6 +68,8 @@ bash scripts/setup.sh
 missing=()
 dpkg-query -W -f='${Status}' python3-onnx 2>/dev/null | grep -q "install ok installed" ||
   missing+=(python3-onnx)
+dpkg-query -W -f='${Status}' libtorch-dev 2>/dev/null | grep -q "install ok installed" ||
+  missing+=(libtorch-dev)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
@@ -108,13 +110,23 @@ if [[ "${KILN_BENCH_SKIP_BUILD:-0}" != 1 ]]; then
     log "build failed (full log: $build/build_h2h.log)"
     exit 1
   fi
+  # LibTorch's side, a project of its own (kiln's build never needs LibTorch).
+  cmake -S bench/h2h/libtorch -B "$build/libtorch" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  log "building libtorch_h2h in $build/libtorch..."
+  if ! ninja -C "$build/libtorch" ${KILN_BENCH_JOBS:+-j "$KILN_BENCH_JOBS"} \
+    >"$build/build_libtorch_h2h.log" 2>&1; then
+    tail -n 40 "$build/build_libtorch_h2h.log" >&2
+    log "build failed (full log: $build/build_libtorch_h2h.log)"
+    exit 1
+  fi
 fi
 
 # --- run -----------------------------------------------------------------------------------------
 export OMP_NUM_THREADS="$threads"
 flag=()
 ((quick)) && flag=(--quick)
-rm -f "$work"/{kiln,torch,ort}_*.json "$work"/{kiln,torch,ort}_*.log "$work/prepare.json"
+rm -f "$work"/{kiln,torch,ort,libtorch}_*.json "$work"/{kiln,torch,ort,libtorch}_*.log \
+  "$work/prepare.json"
 failures=()
 # run_side NAME COMMAND...: stdout (one JSON object) to $work/NAME.json, stderr to NAME.log.
 run_side() {
@@ -143,18 +155,28 @@ run_group() {
       "${flag[@]}" ;;
     torch) run_side "$3" "${torch_env[@]}" "$python" bench/h2h/torch_h2h.py bench --group "$2" \
       --threads "$threads" --dir "$work" "${flag[@]}" ;;
-    ort) run_side "$3" node bench/h2h/ort_h2h.js --dir "$work" --threads "$threads" "${flag[@]}" ;;
+    ort) run_side "$3" node bench/h2h/ort_h2h.js --group "$2" --dir "$work" --threads "$threads" \
+      "${flag[@]}" ;;
+    libtorch) run_side "$3" "$build/libtorch/libtorch_h2h" --group="$2" --threads="$threads" \
+      "${flag[@]}" ;;
   esac
 }
 # Groups alternate between the sides so that both see similar machine load; with several rounds
 # the order mirrors every other round (kiln torch ort, ort torch kiln, ...).
-for group in micro infer train cnn; do
-  if [[ "$group" == infer && ! -f "$work/prepare.json" ]]; then
-    log "skipping infer: torch_h2h.py prepare failed"
+# trainc is kiln's compiled training step in a process of its own (its peak RSS); compile is the
+# compile-time-by-batch-size table.
+for group in micro infer compile train trainc cnn; do
+  if [[ ("$group" == infer || "$group" == compile) && ! -f "$work/prepare.json" ]]; then
+    log "skipping $group: torch_h2h.py prepare failed"
     continue
   fi
-  sides=(kiln torch)
-  [[ "$group" == infer ]] && sides+=(ort)
+  case "$group" in
+    micro | train) sides=(kiln torch libtorch) ;;
+    infer) sides=(kiln torch ort libtorch) ;;
+    compile) sides=(kiln torch ort) ;;
+    trainc) sides=(kiln) ;;
+    cnn) sides=(kiln torch) ;;
+  esac
   for ((r = 1; r <= rounds; r++)); do
     order=("${sides[@]}")
     ((r % 2 == 0)) && order=($(printf '%s\n' "${sides[@]}" | tac))

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch's side of the head-to-head harness (bench/h2h/run.sh), eager mode.
+"""PyTorch's side of the head-to-head harness (bench/h2h/run.sh): eager, and TorchScript for
+ResNet-18 inference (@torchscript results).
 
 Run with Debian's interpreter (/usr/bin/python3, which has python3-torch and python3-onnx).
 
@@ -8,7 +9,7 @@ Run with Debian's interpreter (/usr/bin/python3, which has python3-torch and pyt
       batch-norm statistics from a few batches, and writes DIR/weights.safetensors (for kiln),
       DIR/resnet18.onnx (eval mode, dynamic batch, for ONNX Runtime) and DIR/inputs.safetensors
       (x64: 64 images, logits64: PyTorch's eval-mode logits for them, the correctness reference).
-  torch_h2h.py bench --group micro|train|infer|cnn [--quick] [--threads 2] [--dir DIR]
+  torch_h2h.py bench --group micro|train|infer|compile|cnn [--quick] [--threads 2] [--dir DIR]
                      [--data /usr/share/datasets/fashion-mnist]
       The twins of kiln_h2h's workloads under the same names; prints one JSON object on stdout
       in kiln_h2h's format.
@@ -279,7 +280,45 @@ def group_infer(a):
         res["resnet18_infer_b64"] = time_workload(lambda: model(x64), warmup=1,
                                                   reps=3 if a.quick else 7)
         log("resnet18_infer_b64 done")
-    return res, {"logits_max_rel_err": float(err)}
+        # TorchScript, the graph users deploy: traced at each size, frozen, optimized.
+        ts1, ts64 = torchscript(model, x1), torchscript(model, x64)
+        ts_err = (ts64(x64) - inputs["logits64"]).abs().max() / inputs["logits64"].abs().max()
+        res["resnet18_infer_b1@torchscript"] = time_workload(
+            lambda: ts1(x1), warmup=3, reps=5 if a.quick else 9,
+            min_time=0.05 if a.quick else 0.2)
+        res["resnet18_infer_b64@torchscript"] = time_workload(lambda: ts64(x64), warmup=1,
+                                                              reps=3 if a.quick else 7)
+        log("resnet18 TorchScript done")
+    return res, {"logits_max_rel_err": float(err), "torchscript_logits_max_rel_err": float(ts_err)}
+
+
+def torchscript(model, example):
+    """torch.jit.trace + torch.jit.freeze + torch.jit.optimize_for_inference: the TorchScript
+    path PyTorch documents for deploying an inference model (shapes specialized to `example`)."""
+    traced = torch.jit.trace(model, example)
+    return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
+
+
+def group_compile(a):
+    """Compile time and latency by batch size: a TorchScript graph traced per size (trace,
+    freeze, optimize_for_inference and the first call, which runs TorchScript's profiling
+    executor), then its latency."""
+    model = ResNet()
+    model.load_state_dict(load_safetensors(os.path.join(a.dir, "weights.safetensors")))
+    model.eval()
+    res, info = {}, {}
+    with torch.no_grad():
+        for b in (1, 8, 32, 64, 128):
+            x = torch.randn(b, 3, 32, 32)
+            t0 = time.perf_counter()
+            ts = torchscript(model, x)
+            ts(x)
+            info[f"compile_s_b{b}"] = time.perf_counter() - t0
+            res[f"resnet18_latency_b{b}@torchscript"] = time_workload(
+                lambda: ts(x), warmup=1, reps=3 if a.quick else 5,
+                min_time=0.05 if a.quick else 0.2)
+            log(f"batch {b} done")
+    return res, info
 
 
 def read_idx(path):
@@ -385,7 +424,7 @@ def prepare(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["prepare", "bench"])
-    p.add_argument("--group", choices=["micro", "train", "infer", "cnn"])
+    p.add_argument("--group", choices=["micro", "train", "infer", "compile", "cnn"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dir", default="")
@@ -401,7 +440,7 @@ def main():
     torch.manual_seed(0)
     before = loadavg()
     res, info = {"micro": group_micro, "train": group_train, "infer": group_infer,
-                 "cnn": group_cnn}[a.group](a)
+                 "compile": group_compile, "cnn": group_cnn}[a.group](a)
     out = {"side": "torch", "group": a.group, "quick": a.quick,
            "threads": torch.get_num_threads(), "version": torch.__version__,
            "loadavg_before": before, "loadavg_after": loadavg(), "results": res, "info": info}

@@ -6,6 +6,7 @@
 
 #include "kiln/backend/cpu/as_dtype.h"
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/elementwise_tile.h"
 #include "kiln/ops/kernel_table.h"
 
 namespace kiln {
@@ -90,13 +91,33 @@ void binary_kernel(const Op&, const std::vector<Tensor>& in, const std::vector<T
   });
 }
 
-KILN_REGISTER_KERNEL("add", DeviceType::CPU, binary_kernel<Add>);
-KILN_REGISTER_KERNEL("sub", DeviceType::CPU, binary_kernel<Sub>);
-KILN_REGISTER_KERNEL("mul", DeviceType::CPU, binary_kernel<Mul>);
-KILN_REGISTER_KERNEL("div", DeviceType::CPU, binary_kernel<Div>);
-KILN_REGISTER_KERNEL("pow", DeviceType::CPU, binary_kernel<Pow>);
-KILN_REGISTER_KERNEL("maximum", DeviceType::CPU, binary_kernel<Maximum>);
-KILN_REGISTER_KERNEL("minimum", DeviceType::CPU, binary_kernel<Minimum>);
+// The same function over a block, for fused_elementwise (Note [elementwise tiles]); a scalar
+// operand arrives as a block filled with its value, as the tensor-scalar path above reads it.
+template <class Fn, class C>
+TileFn<C> binary_tile_fn() {
+  return [](const C* const* args, C* out, int64_t n) {
+    const C* x = args[0];
+    const C* y = args[1];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = Fn::template apply<C>(x[i], y[i]);
+  };
+}
+template <class Fn>
+ElementwiseTile binary_tile(const Op&) {
+  return {2, binary_tile_fn<Fn, float>(), binary_tile_fn<Fn, double>()};
+}
+
+#define KILN_BINARY(name, Fn)                                     \
+  KILN_REGISTER_KERNEL(name, DeviceType::CPU, binary_kernel<Fn>); \
+  KILN_REGISTER_ELEMENTWISE_TILE(name, DeviceType::CPU, binary_tile<Fn>)
+
+KILN_BINARY("add", Add);
+KILN_BINARY("sub", Sub);
+KILN_BINARY("mul", Mul);
+KILN_BINARY("div", Div);
+KILN_BINARY("pow", Pow);
+KILN_BINARY("maximum", Maximum);
+KILN_BINARY("minimum", Minimum);
 
 }  // namespace
 

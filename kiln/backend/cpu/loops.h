@@ -25,28 +25,49 @@ inline bool same_dense_layout(const Tensor& a, const Tensor& out) {
 
 // Merges adjacent dims that are contiguous with respect to each other in every operand, so that the
 // inner loop is as long as possible. Returns the reduced shape and rewrites the strides.
-template <size_t N>
-Shape coalesce(const Shape& shape, std::array<Strides, N>& strides) {
+// StrideList is std::array<Strides, N> or std::vector<Strides> (one Strides per operand).
+template <class StrideList>
+Shape coalesce(const Shape& shape, StrideList& strides) {
+  const size_t n = strides.size();
   Shape out;
-  std::array<Strides, N> st;
+  StrideList st = strides;
+  for (Strides& s : st) s.clear();
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool merge = !out.empty();
-    for (size_t k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * shape[d];
+    for (size_t k = 0; k < n && merge; ++k) merge = st[k].back() == strides[k][d] * shape[d];
     if (merge) {
       out.back() *= shape[d];
-      for (size_t k = 0; k < N; ++k) st[k].back() = strides[k][d];
+      for (size_t k = 0; k < n; ++k) st[k].back() = strides[k][d];
     } else {
       out.push_back(shape[d]);
-      for (size_t k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
+      for (size_t k = 0; k < n; ++k) st[k].push_back(strides[k][d]);
     }
   }
   if (out.empty()) {
     out.push_back(1);
-    for (size_t k = 0; k < N; ++k) st[k].push_back(1);
+    for (size_t k = 0; k < n; ++k) st[k].push_back(1);
   }
   strides = std::move(st);
   return out;
+}
+
+// Visits the dims of `shape` in operand 0's memory order (decreasing strides), so that rows run
+// along its unit stride: permutes `shape` and every operand's strides alike.
+template <class StrideList>
+Shape order_by_first_operand(const Shape& shape, StrideList& strides) {
+  if (std::is_sorted(strides[0].rbegin(), strides[0].rend())) return shape;
+  std::vector<size_t> perm(shape.size());
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = d;
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](size_t x, size_t y) { return strides[0][x] > strides[0][y]; });
+  Shape ordered = shape;
+  for (size_t d = 0; d < perm.size(); ++d) ordered[d] = shape[perm[d]];
+  for (Strides& st : strides) {
+    const Strides old = st;
+    for (size_t d = 0; d < perm.size(); ++d) st[d] = old[perm[d]];
+  }
+  return ordered;
 }
 
 // Calls inner(offsets, count, inner_strides) for every innermost row of `shape`, where offsets are
@@ -56,19 +77,7 @@ Shape coalesce(const Shape& shape, std::array<Strides, N>& strides) {
 // stride.
 template <size_t N, class F>
 void for_each_row(const Shape& full_shape, std::array<Strides, N> strides, F&& inner) {
-  Shape ordered = full_shape;
-  if (!std::is_sorted(strides[0].rbegin(), strides[0].rend())) {
-    std::vector<size_t> perm(full_shape.size());
-    for (size_t d = 0; d < perm.size(); ++d) perm[d] = d;
-    std::stable_sort(perm.begin(), perm.end(),
-                     [&](size_t x, size_t y) { return strides[0][x] > strides[0][y]; });
-    for (size_t d = 0; d < perm.size(); ++d) ordered[d] = full_shape[perm[d]];
-    for (Strides& st : strides) {
-      const Strides old = st;
-      for (size_t d = 0; d < perm.size(); ++d) st[d] = old[perm[d]];
-    }
-  }
-  Shape shape = coalesce(ordered, strides);
+  Shape shape = coalesce(order_by_first_operand(full_shape, strides), strides);
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t len = shape.back();
   int64_t rows = 1;
@@ -86,6 +95,41 @@ void for_each_row(const Shape& full_shape, std::array<Strides, N> strides, F&& i
         for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
       }
       inner(off, len, inner_strides);
+    }
+  });
+}
+
+// The same walk for any number of operands, with every row cut into pieces of at most `piece`
+// elements, so that one long row (a dense tensor coalesces to one) is still split across threads:
+// inner(offsets, count, inner_strides) per piece, offsets in elements per operand.
+template <class F>
+void for_each_piece(const Shape& full_shape, std::vector<Strides> strides, int64_t piece,
+                    F&& inner) {
+  const size_t n = strides.size();
+  Shape shape = coalesce(order_by_first_operand(full_shape, strides), strides);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t len = shape.back();
+  if (len == 0) return;
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < rank; ++d) rows *= shape[d];
+  if (rows == 0) return;
+  std::vector<int64_t> inner_strides(n);
+  for (size_t k = 0; k < n; ++k) inner_strides[k] = strides[k].back();
+  const int64_t per_row = (len + piece - 1) / piece;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::min(len, piece));
+  parallel_for(0, rows * per_row, grain, [&](int64_t u0, int64_t u1) {
+    std::vector<int64_t> off(n);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t r = u / per_row, start = (u % per_row) * piece;
+      std::fill(off.begin(), off.end(), int64_t{0});
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        const int64_t i = rem % shape[d];
+        rem /= shape[d];
+        for (size_t k = 0; k < n; ++k) off[k] += i * strides[k][d];
+      }
+      for (size_t k = 0; k < n; ++k) off[k] += start * inner_strides[k];
+      inner(off, std::min(piece, len - start), inner_strides);
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/elementwise_tile.h"
 #include "kiln/ops/kernel_table.h"
 #include "kiln/ops/unary_ops.h"
 
@@ -207,13 +208,16 @@ struct PowScalar : FloatMath {
 // integer or bool input of a floating function. Only the loops a function's domain allows are
 // instantiated.
 template <class Fn>
+Fn make_fn(const Op& op) {
+  if constexpr (std::is_constructible_v<Fn, const Op&>)
+    return Fn(op);
+  else
+    return Fn{};
+}
+
+template <class Fn>
 void unary_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  const Fn fn = [&] {
-    if constexpr (std::is_constructible_v<Fn, const Op&>)
-      return Fn(op);
-    else
-      return Fn{};
-  }();
+  const Fn fn = make_fn<Fn>(op);
   const bool keeps_dtype = out[0].dtype() == in[0].dtype();
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -238,25 +242,45 @@ void unary_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector
   });
 }
 
-KILN_REGISTER_KERNEL("neg", DeviceType::CPU, unary_kernel<Neg>);
-KILN_REGISTER_KERNEL("abs", DeviceType::CPU, unary_kernel<Abs>);
-KILN_REGISTER_KERNEL("sign", DeviceType::CPU, unary_kernel<Sign>);
-KILN_REGISTER_KERNEL("relu", DeviceType::CPU, unary_kernel<Relu>);
-KILN_REGISTER_KERNEL("clamp", DeviceType::CPU, unary_kernel<Clamp>);
-KILN_REGISTER_KERNEL("exp", DeviceType::CPU, unary_kernel<Exp>);
-KILN_REGISTER_KERNEL("log", DeviceType::CPU, unary_kernel<Log>);
-KILN_REGISTER_KERNEL("log1p", DeviceType::CPU, unary_kernel<Log1p>);
-KILN_REGISTER_KERNEL("sqrt", DeviceType::CPU, unary_kernel<Sqrt>);
-KILN_REGISTER_KERNEL("rsqrt", DeviceType::CPU, unary_kernel<Rsqrt>);
-KILN_REGISTER_KERNEL("sin", DeviceType::CPU, unary_kernel<Sin>);
-KILN_REGISTER_KERNEL("cos", DeviceType::CPU, unary_kernel<Cos>);
-KILN_REGISTER_KERNEL("tanh", DeviceType::CPU, unary_kernel<Tanh>);
-KILN_REGISTER_KERNEL("sigmoid", DeviceType::CPU, unary_kernel<Sigmoid>);
-KILN_REGISTER_KERNEL("erf", DeviceType::CPU, unary_kernel<Erf>);
-KILN_REGISTER_KERNEL("gelu", DeviceType::CPU, unary_kernel<Gelu>);
-KILN_REGISTER_KERNEL("silu", DeviceType::CPU, unary_kernel<Silu>);
-KILN_REGISTER_KERNEL("softplus", DeviceType::CPU, unary_kernel<Softplus>);
-KILN_REGISTER_KERNEL("pow_scalar", DeviceType::CPU, unary_kernel<PowScalar>);
+// The same function over a block, for fused_elementwise (Note [elementwise tiles]): the loop of
+// map_unary's dense path, on the block.
+template <class Fn, class C>
+TileFn<C> unary_tile_fn(const Fn& fn) {
+  return [fn](const C* const* args, C* out, int64_t n) {
+    const C* x = args[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = fn.template apply<C>(x[i]);
+  };
+}
+template <class Fn>
+ElementwiseTile unary_tile(const Op& op) {
+  const Fn fn = make_fn<Fn>(op);
+  return {1, unary_tile_fn<Fn, float>(fn), unary_tile_fn<Fn, double>(fn)};
+}
+
+#define KILN_UNARY(name, Fn)                                     \
+  KILN_REGISTER_KERNEL(name, DeviceType::CPU, unary_kernel<Fn>); \
+  KILN_REGISTER_ELEMENTWISE_TILE(name, DeviceType::CPU, unary_tile<Fn>)
+
+KILN_UNARY("neg", Neg);
+KILN_UNARY("abs", Abs);
+KILN_UNARY("sign", Sign);
+KILN_UNARY("relu", Relu);
+KILN_UNARY("clamp", Clamp);
+KILN_UNARY("exp", Exp);
+KILN_UNARY("log", Log);
+KILN_UNARY("log1p", Log1p);
+KILN_UNARY("sqrt", Sqrt);
+KILN_UNARY("rsqrt", Rsqrt);
+KILN_UNARY("sin", Sin);
+KILN_UNARY("cos", Cos);
+KILN_UNARY("tanh", Tanh);
+KILN_UNARY("sigmoid", Sigmoid);
+KILN_UNARY("erf", Erf);
+KILN_UNARY("gelu", Gelu);
+KILN_UNARY("silu", Silu);
+KILN_UNARY("softplus", Softplus);
+KILN_UNARY("pow_scalar", PowScalar);
 
 }  // namespace
 

@@ -24,6 +24,7 @@ const std::vector<PassEntry>& pipeline() {
       {"fold",
        [](Graph& g, const OptimizeOptions& o) { return passes::fold_constants(g, o.freeze); }},
       {"dce", [](Graph& g, const OptimizeOptions&) { return passes::eliminate_dead_code(g); }},
+      {"fuse", [](Graph& g, const OptimizeOptions&) { return passes::fuse_elementwise(g); }},
   };
   return passes;
 }

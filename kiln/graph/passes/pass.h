@@ -29,6 +29,9 @@ namespace kiln::graph {
 //              weight preprocessing (conv-bn folds, transposes), but no longer sees a later
 //              optimizer step or load_state_dict, and no gradient reaches a frozen capture
 //   dce        dead code: nodes none of whose outputs is read and that have no effect
+//   fuse       elementwise fusion: a chain of unary and binary elementwise ops (those with an
+//              elementwise tile, Note [elementwise tiles]) becomes one fused_elementwise node
+//              that reads its inputs once and writes its outputs once, bit for bit the chain's
 // Any pass can be skipped by name (OptimizeOptions::skip, or the environment variable
 // KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
 // the passes. The result is validated, and outputs stay exactly what the unoptimized graph
@@ -69,6 +72,7 @@ bool eliminate_common_subexpressions(Graph& g);
 bool fuse_conv_bn(Graph& g, bool freeze);
 bool fold_constants(Graph& g, bool freeze);
 bool eliminate_dead_code(Graph& g);
+bool fuse_elementwise(Graph& g);
 }  // namespace passes
 
 }  // namespace kiln::graph

@@ -23,24 +23,30 @@ TEST(Optimize, RunsEveryPassUntilNothingChangesAndReportsWhatEachDid) {
   OptimizeOptions options;
   options.after_pass = [&](const std::string& pass, const Graph&) { changed.push_back(pass); };
   const Graph after = optimize(before, options, &report);
-  // tanh, 2 exp, 2 scalars, 2 mul, 2 relu, add -> exp, relu, add.
-  EXPECT_EQ(count_nodes(after, "relu"), 1) << both(before, after);
-  EXPECT_EQ(after.nodes.size(), 3u) << both(before, after);
+  // tanh, 2 exp, 2 scalars, 2 mul, 2 relu, add -> exp, relu, add -> one fused node.
+  EXPECT_EQ(count_nodes(after, "fused_elementwise"), 1) << both(before, after);
+  EXPECT_EQ(after.nodes.size(), 1u) << both(before, after);
   EXPECT_EQ(report.nodes_before, static_cast<int>(before.nodes.size()));
-  EXPECT_EQ(report.nodes_after, 3);
-  kiln::test::expect_contains(report.format(), {"nodes -> 3", "simplify", "cse", "dce"});
+  EXPECT_EQ(report.nodes_after, 1);
+  kiln::test::expect_contains(report.format(), {"nodes -> 1", "simplify", "cse", "dce", "fuse"});
   EXPECT_NE(std::find(changed.begin(), changed.end(), "cse"), changed.end());
+  EXPECT_NE(std::find(changed.begin(), changed.end(), "fuse"), changed.end());
   expect_same_results(before, after, {randn({3, 4})});
+  OptimizeOptions unfused;
+  unfused.skip = {"fuse"};
+  const Graph chain = optimize(before, unfused);
+  EXPECT_EQ(count_nodes(chain, "relu"), 1) << both(before, chain);
+  EXPECT_EQ(chain.nodes.size(), 3u) << both(before, chain);
 }
 
 TEST(Optimize, APassCanBeSkippedByNameOrFromTheEnvironment) {
   const Graph before = raw_trace(redundant, {TensorSpec({"batch", 4})});
   OptimizeOptions no_cse;
-  no_cse.skip = {"cse"};
+  no_cse.skip = {"cse", "fuse"};
   OptimizeReport report;
   EXPECT_EQ(count_nodes(optimize(before, no_cse, &report), "relu"), 2);
   kiln::test::expect_contains(report.format(), {"cse       skipped"});
-  setenv("KILN_GRAPH_SKIP_PASSES", "cse,simplify", 1);
+  setenv("KILN_GRAPH_SKIP_PASSES", "cse,simplify,fuse", 1);
   const Graph env = optimize(before);
   unsetenv("KILN_GRAPH_SKIP_PASSES");
   EXPECT_EQ(count_nodes(env, "relu"), 2);
@@ -58,14 +64,14 @@ TEST(Optimize, AnUnknownPassIsAnErrorListingThePasses) {
 
 TEST(Optimize, EveryFunctionIsOptimizedUnlessToldNot) {
   Function f = function(redundant, {TensorSpec({"batch", 4})});
-  EXPECT_EQ(f.graphs()[0]->nodes.size(), 3u) << to_text(*f.graphs()[0]);
+  EXPECT_EQ(f.graphs()[0]->nodes.size(), 1u) << to_text(*f.graphs()[0]);
   ASSERT_EQ(f.stats().optimizations.size(), 1u);
   Tensor x = randn({5, 4});
   kiln::test::expect_bit_identical(f({x})[0], redundant({x})[0]);
   FunctionOptions off;
   off.optimize = false;
   Function g = function(redundant, {TensorSpec({"batch", 4})}, off);
-  EXPECT_GT(g.graphs()[0]->nodes.size(), 3u);
+  EXPECT_GT(g.graphs()[0]->nodes.size(), 1u);
   EXPECT_TRUE(g.stats().optimizations.empty());
 }
 
