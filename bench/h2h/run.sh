@@ -157,8 +157,8 @@ run_group() {
       --threads "$threads" --dir "$work" "${flag[@]}" ;;
     ort) run_side "$3" node bench/h2h/ort_h2h.js --group "$2" --dir "$work" --threads "$threads" \
       "${flag[@]}" ;;
-    libtorch) run_side "$3" "$build/libtorch/libtorch_h2h" --group="$2" --threads="$threads" \
-      "${flag[@]}" ;;
+    libtorch) run_side "$3" "${torch_env[@]}" "$build/libtorch/libtorch_h2h" --group="$2" \
+      --threads="$threads" "${flag[@]}" ;;
   esac
 }
 # Groups alternate between the sides so that both see similar machine load; with several rounds

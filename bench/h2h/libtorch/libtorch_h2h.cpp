@@ -2,7 +2,8 @@
 // pick instead of kiln (Debian's libtorch-dev, PyTorch 1.13), on the twins of kiln_h2h's workloads
 // under the same names. Prints one JSON object on stdout in kiln_h2h's format, with "side":
 // "libtorch"; progress on stderr. Built by run.sh as a project of its own (this folder), so that
-// kiln's build never needs LibTorch.
+// kiln's build never needs LibTorch. Run it as run.sh does, with the PyTorch processes' BLAS
+// (OpenBLAS through LD_LIBRARY_PATH: Debian's default libblas.so.3 is the reference BLAS).
 //
 //   libtorch_h2h --group=micro|train|infer [--quick] [--threads=2]
 //
@@ -23,6 +24,11 @@ namespace {
 
 using nlohmann::json;
 namespace nn = torch::nn;
+
+void log(const std::string& msg) {
+  std::fprintf(stderr, "libtorch_h2h: %s\n", msg.c_str());
+  std::fflush(stderr);
+}
 
 // The CIFAR ResNet-18 of torch_h2h.py and kiln/nn/models.h.
 struct BlockImpl : nn::Module {
@@ -73,7 +79,7 @@ struct ResNetImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor out = torch::relu(bn1(conv1(x)));
     for (Block& b : blocks) out = b->forward(out);
-    out = torch::flatten(torch::adaptive_avg_pool2d(out, 1), 1);
+    out = torch::flatten(torch::adaptive_avg_pool2d(out, {1, 1}), 1);
     return linear(out);
   }
   nn::Conv2d conv1;
@@ -83,7 +89,7 @@ struct ResNetImpl : nn::Module {
 };
 TORCH_MODULE(ResNet);
 
-json run_micro(const h2h::Options& o) {
+json micro(const h2h::Options& o) {
   json res = json::object();
   const h2h::Plan small{.warmup = 100, .reps = o.quick ? 5 : 9, .min_time = o.quick ? 0.05 : 0.2};
   {
@@ -91,7 +97,7 @@ json run_micro(const h2h::Options& o) {
     torch::Tensor a = torch::rand({1}), b = torch::rand({1});
     res["dispatch_add"] =
         h2h::time_workload([&] { torch::Tensor c = torch::add(a, b); }, small).to_json();
-    h2h::log("dispatch_add done");
+    log("dispatch_add done");
   }
   nn::Sequential mlp(nn::Flatten(), nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
   torch::optim::SGD opt(mlp->parameters(), torch::optim::SGDOptions(0.01));
@@ -107,11 +113,11 @@ json run_micro(const h2h::Options& o) {
                         },
                         step)
                         .to_json();
-  h2h::log("mlp_step done");
+  log("mlp_step done");
   return {{"results", res}, {"info", json::object()}};
 }
 
-json run_train(const h2h::Options& o) {
+json train(const h2h::Options& o) {
   const double baseline = h2h::proc_status_mib("VmRSS");
   ResNet model;
   model->train();
@@ -131,7 +137,7 @@ json run_train(const h2h::Options& o) {
                                           },
                                           plan)
                                           .to_json()}};
-  h2h::log("resnet18_train_step done");
+  log("resnet18_train_step done");
   return {{"results", res},
           {"info",
            {{"rss_peak_mib", h2h::proc_status_mib("VmHWM")},
@@ -140,7 +146,7 @@ json run_train(const h2h::Options& o) {
             {"last_loss", last}}}};
 }
 
-json run_infer(const h2h::Options& o) {
+json infer(const h2h::Options& o) {
   ResNet model;
   model->eval();
   torch::NoGradGuard no_grad;
@@ -151,11 +157,11 @@ json run_infer(const h2h::Options& o) {
       h2h::time_workload([&] { model->forward(x1); },
                          {.warmup = 3, .reps = o.quick ? 5 : 9, .min_time = o.quick ? 0.05 : 0.2})
           .to_json();
-  h2h::log("resnet18_infer_b1 done");
+  log("resnet18_infer_b1 done");
   res["resnet18_infer_b64"] =
       h2h::time_workload([&] { model->forward(x64); }, {.warmup = 1, .reps = o.quick ? 3 : 7})
           .to_json();
-  h2h::log("resnet18_infer_b64 done");
+  log("resnet18_infer_b64 done");
   return {{"results", res}, {"info", json::object()}};
 }
 
@@ -189,11 +195,11 @@ int main(int argc, char** argv) try {
   const std::string before = h2h::loadavg();
   json out;
   if (o.group == "micro")
-    out = run_micro(o);
+    out = micro(o);
   else if (o.group == "train")
-    out = run_train(o);
+    out = train(o);
   else if (o.group == "infer")
-    out = run_infer(o);
+    out = infer(o);
   else
     usage("--group=" + o.group);
   out["side"] = "libtorch";
