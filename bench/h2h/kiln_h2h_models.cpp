@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -52,14 +53,20 @@ double seconds_since(double t0) {
 
 }  // namespace
 
+// The ResNet-18 training workload of both train groups: the model, Adam 1e-3, one batch of 128.
+struct ResNetTraining {
+  std::shared_ptr<kiln::nn::Module> model = kiln::nn::resnet18(3, 10);
+  kiln::optim::Adam opt{model->parameters(), {.lr = 1e-3}};
+  Tensor x = kiln::randn({128, 3, 32, 32});
+  Tensor y = kiln::randint(0, 10, {128});
+};
+
 json run_train(const Options& o) {
   // The resident set before the model exists: the process with kiln loaded and nothing else.
   const double baseline_mib = proc_status_mib("VmRSS");
-  auto model = kiln::nn::resnet18(3, 10);
+  ResNetTraining w;
+  auto& [model, opt, x, y] = w;
   model->train();
-  kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  Tensor x = kiln::randn({128, 3, 32, 32});
-  Tensor y = kiln::randint(0, 10, {128});
   double last_loss = 0.0;
   auto step = [&] {
     opt.zero_grad();
@@ -88,11 +95,9 @@ json run_train(const Options& o) {
 // of its own so that its peak RSS is its own.
 json run_train_compiled(const Options& o) {
   const double baseline_mib = proc_status_mib("VmRSS");
-  auto model = kiln::nn::resnet18(3, 10);
+  ResNetTraining w;
+  auto& [model, opt, x, y] = w;
   model->train();
-  kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  Tensor x = kiln::randn({128, 3, 32, 32});
-  Tensor y = kiln::randint(0, 10, {128});
   kiln::train::CompiledStep step = kiln::train::compile_train_step(
       *model, [](const Tensor& logits, const Tensor& t) { return kiln::cross_entropy(logits, t); },
       opt);

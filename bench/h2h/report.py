@@ -319,15 +319,7 @@ def render(rows, peak, peak_side, has_saved):
                     cell += f" (PT {100 * s['torch_change']:+.0f}%)"
                 cells.append(cell)
         lines.append(cells)
-    widths = [max(len(l[i]) for l in lines) for i in range(len(head))]
-    left = {0, 1, head.index("target"), head.index("met")}
-    out = []
-    for i, l in enumerate(lines):
-        out.append(" | ".join(c.ljust(w) if j in left else c.rjust(w)
-                              for j, (c, w) in enumerate(zip(l, widths))))
-        if i == 0:
-            out.append("-+-".join("-" * w for w in widths))
-    return "\n".join(out)
+    return table(lines, left={0, 1, head.index("target"), head.index("met")})
 
 
 def render_graph(rows):
