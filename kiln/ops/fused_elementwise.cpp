@@ -172,9 +172,8 @@ OpPtr make_fused(const nlohmann::json& json) {
   return std::make_shared<const FusedElementwiseOp>(parse(a), json);
 }
 
-KILN_REGISTER_OP(kName, (OpSchema{{"inputs..."}, {"outputs..."}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const FusedElementwiseOp>(parse(a), a.json());
-});
+KILN_REGISTER_OP(kName, (OpSchema{{"inputs..."}, {"outputs..."}}),
+                 [](const Attrs& a) -> OpPtr { return make_fused(a.json()); });
 
 }  // namespace
 
