@@ -1,11 +1,19 @@
 #include "kiln/core/storage.h"
 
+#include "kiln/core/allocation_session.h"
 #include "kiln/core/allocator.h"
 
 namespace kiln {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (!device.is_meta()) data_ = CachingAllocator::instance().allocate(nbytes);
+  if (device.is_meta()) return;
+  if (nbytes > 0 && current_allocation_session()) [[unlikely]] {
+    const std::shared_ptr<AllocationSession>& session = current_allocation_session_handle();
+    data_ = session->allocate(nbytes, ticket_);
+    session_ = session;
+    return;
+  }
+  data_ = CachingAllocator::instance().allocate(nbytes);
 }
 
 void Storage::defer(std::shared_ptr<const DeferredContents> contents) {
@@ -29,7 +37,10 @@ void Storage::write_deferred() const {
 }
 
 Storage::~Storage() {
-  if (data_) CachingAllocator::instance().deallocate(data_);
+  if (session_)
+    session_->release(data_, ticket_);
+  else if (data_)
+    CachingAllocator::instance().deallocate(data_);
 }
 
 }  // namespace kiln

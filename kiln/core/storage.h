@@ -12,6 +12,8 @@
 
 namespace kiln {
 
+class AllocationSession;
+
 // Note [deferred contents]: a producer may leave a storage's memory unwritten and attach what it
 // holds in another form (a oneDNN blocked layout, Note [blocked activations] in
 // backend/onednn/conv_blocked_activation.cpp). The first data() call, whoever makes it, writes the
@@ -30,7 +32,8 @@ class DeferredContents {
 // detect in-place modification of saved tensors, and who did the last modification.
 class Storage {
  public:
-  // Allocates nbytes from the caching allocator (cpu) or nothing (meta).
+  // Allocates nbytes from the caching allocator (cpu) or nothing (meta); from this thread's
+  // allocation session instead when one is current (Note [allocation sessions]).
   Storage(size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -42,6 +45,8 @@ class Storage {
       write_deferred();
     return data_;
   }
+  // The memory's address, its contents left as they are (for identity checks).
+  const void* address() const { return data_; }
   // Leaves the contents to `contents` until the first data() call.
   void defer(std::shared_ptr<const DeferredContents> contents);
   // The contents not yet written, or null.
@@ -67,6 +72,8 @@ class Storage {
   void write_deferred() const;
 
   void* data_ = nullptr;
+  std::shared_ptr<AllocationSession> session_;  // where data_ came from, when not the allocator
+  int64_t ticket_ = 0;
   mutable std::atomic<bool> deferred_{false};
   mutable std::mutex deferred_mutex_;
   mutable std::shared_ptr<const DeferredContents> contents_;

@@ -6,6 +6,8 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/rng.h"
+#include "kiln/graph/memory_planner.h"
+#include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/dispatcher.h"
 
 namespace kiln::graph {
@@ -60,14 +62,19 @@ namespace {
 
 }  // namespace
 
-std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc) {
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc,
+                        MemoryPlanner* planner) {
   bind_symbols(g, inputs, loc);
-  std::vector<Tensor> env(g.values.size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs[i])] = inputs[i];
-  for (const Capture& c : g.captures) env[static_cast<size_t>(c.value)] = c.tensor;
   // A shape-only run (a subgraph's inference, Note [control flow]) draws nothing.
   const bool meta_run = std::any_of(inputs.begin(), inputs.end(),
                                     [](const Tensor& t) { return t.defined() && t.is_meta(); });
+  // Planned memory (Note [memory planner]) for real runs that no pushed mode (a tracer) watches;
+  // declared before the environment so that the run ends after every intermediate is released.
+  std::unique_ptr<PlannedRun> planned;
+  if (planner && !meta_run && dispatch_mode_stack().empty()) planned = planner->begin(inputs);
+  std::vector<Tensor> env(g.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs[i])] = inputs[i];
+  for (const Capture& c : g.captures) env[static_cast<size_t>(c.value)] = c.tensor;
   // Each intermediate is released after its last reader (Note [graph executor]).
   constexpr int kKeep = std::numeric_limits<int>::max();
   std::vector<int> last_use(g.values.size(), -1);
@@ -75,6 +82,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
     for (int id : g.nodes[n].inputs) last_use[static_cast<size_t>(id)] = static_cast<int>(n);
   for (int id : g.outputs) last_use[static_cast<size_t>(id)] = kKeep;
   std::vector<Tensor> args;
+  std::vector<bool> dying;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
     args.clear();
@@ -82,6 +90,12 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
     std::vector<Tensor> outs;
     try {
       const Loc& at = node.loc ? *node.loc : loc;
+      if (planned) {
+        dying.clear();
+        for (int id : node.inputs)
+          dying.push_back(last_use[static_cast<size_t>(id)] == static_cast<int>(n));
+        planned->begin_node(static_cast<int>(n), overwritable_input(*node.op, args, dying, at));
+      }
       OpPtr op = node.op;
       // Fresh numbers on every run, from the default generator (Note [random effects]).
       if (op->draws_random() && !meta_run) {
@@ -90,6 +104,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
         op = op->at_stream(s.seed, s.offset);
       }
       outs = dispatch(op, args, at);
+      if (planned) planned->end_node(outs);
     } catch (const Error& e) {
       rethrow_in_node(g, n, node, e);
     }

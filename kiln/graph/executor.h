@@ -20,9 +20,13 @@ namespace kiln::graph {
 // Each intermediate value is released right after the last node that reads it (and an output no
 // node reads, right after it is made), so a graph's peak memory is what is live at one node, not
 // the sum of its intermediates; graph outputs are kept.
+// With a planner, intermediates live in an arena planned for the call's shapes (Note [memory
+// planner]) and a node whose op allows it computes into an input that dies there (Note [in-place
+// computation]); without one, every allocation goes to the caching allocator.
 // An error a node raises names the graph and the node's source line.
+class MemoryPlanner;
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
-                        const Loc& loc = Loc::current());
+                        const Loc& loc = Loc::current(), MemoryPlanner* planner = nullptr);
 
 // Checks that `inputs` fit the graph's inputs (count, dtype, rank, static dims, consistent
 // symbols) and returns each symbol's size in this call, by symbol.

@@ -86,6 +86,7 @@ struct Entry {
   CallKey key;
   std::shared_ptr<const Graph> graph;
   std::string traced_at;  // "main.cpp:10"
+  std::shared_ptr<MemoryPlanner> planner = std::make_shared<MemoryPlanner>();
 };
 
 std::string where(const Loc& loc) {
@@ -189,6 +190,7 @@ Function::Function(Fn fn, std::optional<std::vector<TensorSpec>> signature, Func
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, const Loc& loc) const {
   State& st = *state_;
   std::shared_ptr<const Graph> graph;
+  std::shared_ptr<MemoryPlanner> planner;
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     // With a signature the key is grad mode and the state: the signature covers the inputs.
@@ -197,19 +199,35 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, cons
     for (const Entry& e : st.entries)
       if (e.key == key) {
         graph = e.graph;
+        planner = e.planner;
         ++st.stats.hits;
         break;
       }
-    if (!graph) graph = st.retrace(key, inputs, loc);
+    if (!graph) {
+      graph = st.retrace(key, inputs, loc);
+      planner = st.entries.back().planner;
+    }
   }
   std::optional<NoGradGuard> no_tape;
   if (!st.options.record_tape) no_tape.emplace();
-  return run(*graph, inputs, loc);
+  return run(*graph, inputs, loc, st.options.plan_memory ? planner.get() : nullptr);
 }
 
 FunctionStats Function::stats() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->stats;
+}
+
+std::vector<MemoryPlannerStats> Function::memory_stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<MemoryPlannerStats> out;
+  for (const Entry& e : state_->entries) out.push_back(e.planner->stats());
+  return out;
+}
+
+void Function::release_idle_arenas() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (const Entry& e : state_->entries) e.planner->release_idle_arenas();
 }
 
 std::vector<std::shared_ptr<const Graph>> Function::graphs() const {

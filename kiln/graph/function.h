@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/memory_planner.h"
 #include "kiln/graph/passes/pass.h"
 #include "kiln/graph/tensor_spec.h"
 
@@ -32,6 +33,8 @@ namespace kiln::graph {
 //   error). More than `retrace_budget` traces is an error listing every reason.
 // Every trace goes through the graph optimizer (Note [graph passes]) before it is cached, so
 // graphs() returns optimized graphs (FunctionOptions::optimize = false keeps the raw trace).
+// Each cached graph has its memory planner (Note [memory planner]): a call's intermediates come
+// from an arena planned for its concrete shapes once a call with those shapes has been recorded.
 // The cache is guarded by a mutex; graphs are immutable once cached, so calls run concurrently
 // (a trace in progress holds the lock: another thread's call waits for it).
 enum class RetracePolicy { kLog, kSilent, kError };
@@ -57,6 +60,9 @@ struct FunctionOptions {
   // that computes its own gradients (a training step) sets false: taping its forward nodes would
   // keep every activation alive until the outputs die. The key still holds grad mode.
   bool record_tape = true;
+  // Whether calls run on planned memory (Note [memory planner]): per graph and concrete input
+  // shapes, the first call records, later ones take one arena. False: the caching allocator.
+  bool plan_memory = true;
 };
 
 struct FunctionStats {
@@ -75,6 +81,11 @@ class Function {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
                                  const Loc& loc = Loc::current()) const;
   FunctionStats stats() const;
+  // Each cached graph's memory planner figures, in the order of graphs().
+  std::vector<MemoryPlannerStats> memory_stats() const;
+  // Frees the planned arenas no call is using, as empty_cache() frees cached blocks (the next
+  // call makes a new one); their memory goes back to the caching allocator.
+  void release_idle_arenas() const;
   // The cached graphs, in the order they were traced.
   std::vector<std::shared_ptr<const Graph>> graphs() const;
   const std::string& name() const;

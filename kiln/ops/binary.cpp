@@ -113,6 +113,7 @@ class BinaryOp final : public Op {
   }
 
   Saves saves() const override { return {Fn::kNeedsInputs, false}; }
+  uint64_t may_overwrite() const override { return 3; }  // Note [in-place computation]
   Saves saves_for(const std::vector<bool>& needs_grad) const override {
     Saves s = saves();
     if constexpr (std::is_same_v<Fn, MulFn>)

@@ -113,6 +113,11 @@ class FusedElementwiseOp final : public Op {
   }
 
   Saves saves() const override { return {true, false}; }
+  // One output, always a step's tile, written after the tile's inputs are read (the CPU kernel);
+  // with several, a later output's tile would read an input the first one overwrote.
+  uint64_t may_overwrite() const override {
+    return a_.outputs.size() == 1 ? ~uint64_t{0} : 0;  // Note [in-place computation]
+  }
 
   // The steps' own vjps in reverse order, on step results recomputed from the saved inputs with
   // the public ops (Note [fused elementwise]). With create_graph the recomputation is recorded too,

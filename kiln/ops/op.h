@@ -116,6 +116,12 @@ class Op {
   // write to a tensor's memory outside a kernel's own outputs is such an op (copy_, fill_,
   // optimizer updates), so the op stream is the whole program.
   virtual uint64_t mutates() const { return 0; }
+  // Note [in-place computation]: the inputs (bit i for input i) whose memory the kernel may
+  // compute output 0 into, when that input has output 0's shape, dtype and dense layout and nothing
+  // else will read it: the kernel reads each element before it writes the same element and reads
+  // no other element of it later (elementwise ops). The memory planner (graph/memory_plan.h) then
+  // places the output on the input's bytes; nothing else changes, eager calls included.
+  virtual uint64_t may_overwrite() const { return 0; }
   // Note [random effects]: a random op (rand, randn, randint, bernoulli) draws from the generator
   // state its attrs hold (Note [random ops]). random_blocks says how many blocks of the stream an
   // execution with these outputs draws (Note [random streams]); at_stream rebuilds the op drawing

@@ -25,6 +25,7 @@ class ReluBackwardOp final : public Op {
            g.describe(), x.describe());
     return {{g.shape(), g.dtype(), g.device()}};
   }
+  uint64_t may_overwrite() const override { return 3; }  // Note [in-place computation]
 
   // Linear in grad (its own transpose); the mask is piecewise constant in x, so x gets zeros.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {

@@ -266,6 +266,7 @@ class UnaryOp final : public Op {
   }
 
   Saves saves() const override { return Fn::kSaves; }
+  uint64_t may_overwrite() const override { return 1; }  // Note [in-place computation]
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0] || !is_floating(ctx.input_metas[0].dtype)) return {Tensor()};

@@ -50,6 +50,7 @@ struct CompiledStep::State {
     o.name = options.name;
     o.passes = options.passes;
     o.record_tape = false;
+    o.plan_memory = options.plan_memory;
     o.logger = options.logger;
     nn::Module* m = model;
     o.state_key = [m] { return nn::mode_key(*m); };

@@ -35,6 +35,8 @@ struct CompiledStepOptions {
   graph::OptimizeOptions passes = {};
   // Where the fallback notice and retraces are reported (stderr when empty).
   std::function<void(const std::string&)> logger = nullptr;
+  // Intermediates on a planned arena (Note [memory planner]); false: the caching allocator.
+  bool plan_memory = true;
 };
 
 class CompiledStep {
