@@ -6,19 +6,35 @@
 namespace kiln {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (device.is_meta()) return;
-  if (nbytes > 0 && current_allocation_session()) [[unlikely]] {
+  if (!device.is_meta()) allocate_memory();
+}
+
+void Storage::allocate_memory() const {
+  if (nbytes_ > 0 && current_allocation_session()) [[unlikely]] {
     const std::shared_ptr<AllocationSession>& session = current_allocation_session_handle();
-    data_ = session->allocate(nbytes, ticket_);
+    data_ = session->allocate(nbytes_, ticket_);
     session_ = session;
     return;
   }
-  data_ = CachingAllocator::instance().allocate(nbytes);
+  data_ = CachingAllocator::instance().allocate(nbytes_);
+}
+
+void Storage::free_memory() const {
+  if (session_)
+    session_->release(data_, ticket_);
+  else if (data_)
+    CachingAllocator::instance().deallocate(data_);
+  data_ = nullptr;
+  session_.reset();
 }
 
 void Storage::defer(std::shared_ptr<const DeferredContents> contents) {
   std::lock_guard<std::mutex> lock(deferred_mutex_);
   contents_ = std::move(contents);
+  if (contents_)
+    free_memory();  // written again when first asked for (Note [deferred contents])
+  else if (!data_ && !device_.is_meta())
+    allocate_memory();
   deferred_.store(contents_ != nullptr, std::memory_order_release);
 }
 
@@ -30,17 +46,15 @@ std::shared_ptr<const DeferredContents> Storage::deferred() const {
 
 void Storage::write_deferred() const {
   std::lock_guard<std::mutex> lock(deferred_mutex_);
-  if (!contents_) return;   // another thread wrote them while this one waited
+  if (!contents_) return;  // another thread wrote them while this one waited
+  if (!data_) allocate_memory();
   contents_->write(data_);  // if it throws, the contents stay deferred
   contents_.reset();
   deferred_.store(false, std::memory_order_release);
 }
 
 Storage::~Storage() {
-  if (session_)
-    session_->release(data_, ticket_);
-  else if (data_)
-    CachingAllocator::instance().deallocate(data_);
+  free_memory();
 }
 
 }  // namespace kiln

@@ -16,11 +16,13 @@ class AllocationSession;
 
 // Note [deferred contents]: a producer may leave a storage's memory unwritten and attach what it
 // holds in another form (a oneDNN blocked layout, Note [blocked activations] in
-// backend/onednn/conv_blocked_activation.cpp). The first data() call, whoever makes it, writes the
-// plain contents (once, under a lock) and drops the other form, so every reader and writer of the
-// memory sees ordinary contents. A consumer that understands the other form can take it from
-// deferred() without calling data(), and the plain contents are then never written if nobody else
-// reads them.
+// backend/onednn/conv_blocked_activation.cpp). Deferring gives the storage's memory back (the
+// producer has not written it and nobody else has seen it: the storage is the producer's fresh
+// output), so a pending tensor holds only the other form. The first data() call, whoever makes
+// it, allocates the memory again and writes the plain contents (once, under a lock) and drops the
+// other form, so every reader and writer of the memory sees ordinary contents. A consumer that
+// understands the other form can take it from deferred() without calling data(), and the plain
+// contents are then never allocated nor written if nobody else reads them.
 class DeferredContents {
  public:
   virtual ~DeferredContents() = default;
@@ -33,7 +35,8 @@ class DeferredContents {
 class Storage {
  public:
   // Allocates nbytes from the caching allocator (cpu) or nothing (meta); from this thread's
-  // allocation session instead when one is current (Note [allocation sessions]).
+  // allocation session instead when one is current (Note [allocation sessions]). The same goes
+  // for the memory that deferred contents are written into.
   Storage(size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -45,8 +48,11 @@ class Storage {
       write_deferred();
     return data_;
   }
-  // The memory's address, its contents left as they are (for identity checks).
-  const void* address() const { return data_; }
+  // The memory's address, its contents left as they are (for identity checks); null while the
+  // contents are deferred.
+  const void* address() const {
+    return deferred_.load(std::memory_order_acquire) ? nullptr : data_;
+  }
   // Leaves the contents to `contents` until the first data() call.
   void defer(std::shared_ptr<const DeferredContents> contents);
   // The contents not yet written, or null.
@@ -70,10 +76,13 @@ class Storage {
 
  private:
   void write_deferred() const;
+  void allocate_memory() const;
+  void free_memory() const;
 
-  void* data_ = nullptr;
-  std::shared_ptr<AllocationSession> session_;  // where data_ came from, when not the allocator
-  int64_t ticket_ = 0;
+  // Written again only under deferred_mutex_, while the contents are deferred.
+  mutable void* data_ = nullptr;
+  mutable std::shared_ptr<AllocationSession> session_;  // where data_ came from, if not the allocator
+  mutable int64_t ticket_ = 0;
   mutable std::atomic<bool> deferred_{false};
   mutable std::mutex deferred_mutex_;
   mutable std::shared_ptr<const DeferredContents> contents_;

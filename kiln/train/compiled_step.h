@@ -15,18 +15,22 @@ using StepLossFn = std::function<Tensor(const Tensor& logits, const Tensor& targ
 // Note [compiled training step]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // compile_train_step(model, loss, optimizer) is Keras' jit_compile for one step: the first call
-// traces model(data), loss(logits, target) plus the model's regularization terms, and
-// kiln::grad of that loss with respect to every parameter that requires grad (Note [traced
-// gradients]) into one graph, with the batch dim symbolic (Note [symbolic dims]), so one compile
-// serves every batch size, the last short batch of an epoch included. The graph goes through
-// the optimizer's passes (Note [graph passes]; no freeze: the parameters change every step) and
-// runs without recording a tape: its gradients are its own nodes, so the forward's activations
-// are released as soon as the backward has read them, as eager backward frees them. Each call
-// then sets every parameter's .grad to the graph's gradient (replacing it, as zero_grad +
-// backward would) and runs optimizer.step(): the update stays eager, one fused update op per
-// parameter, so learning-rate schedules, step counts and optimizer state behave exactly as in
-// eager training. Batch-norm statistics, counters and dropout masks are graph effects (Note
-// [effects]): a compiled step trains exactly as the eager step does (tests/train).
+// traces model(data), loss(logits, target) plus the model's regularization terms, kiln::grad of
+// that loss with respect to every parameter that requires grad (Note [traced gradients]) and the
+// optimizer's update of every parameter into one graph, with the batch dim symbolic (Note
+// [symbolic dims]), so one compile serves every batch size, the last short batch of an epoch
+// included. The graph goes through the optimizer's passes (Note [graph passes]; no freeze: the
+// parameters change every step) and runs without recording a tape, on planned memory (Note
+// [memory planner]): its gradients are its own nodes, each released as soon as its update has
+// read it, and the forward's activations as soon as the backward has.
+// The updates are the optimizer's own: each call first runs optimizer.step() with its updates
+// collected instead of run (Note [updates in graphs]), so step counts, lazily made state,
+// learning-rate schedules and option checks behave exactly as in eager training, and the numbers
+// each update needs this step (lr, step count, ...) enter the graph as its third input. A call
+// whose updates write other tensors (a load_state_dict that replaced the optimizer's state)
+// traces again. A compiled step leaves .grad empty: the gradients live and die in the graph.
+// Batch-norm statistics, counters and dropout masks are graph effects (Note [effects]): a
+// compiled step trains exactly as the eager step does (tests/train).
 // The model's train/eval mode is part of the cache key (Note [traced modules]). A model whose
 // forward bakes the batch size into an op fails the symbolic trace; the step then traces per
 // batch shape instead, and says so once through the logger.
@@ -48,7 +52,7 @@ class CompiledStep {
     Tensor loss;    // the batch's loss (regularization included), detached
     Tensor logits;  // the model's output, detached (for metrics)
   };
-  // One step on a batch: gradients, then optimizer.step().
+  // One step on a batch: forward, gradients and the optimizer's updates, in one graph.
   Result operator()(const Tensor& data, const Tensor& target, const Loc& loc = Loc::current());
 
   // The compiled function (nullptr before the first call).

@@ -2,6 +2,9 @@
 // training equals eager training, step for step.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <tuple>
+
 #include "kiln/kiln.h"
 #include "kiln/nn/models.h"
 #include "tests/support/test_util.h"
@@ -124,6 +127,98 @@ TEST(CompiledStep, TrainerCompileFitsAsEagerFit) {
     EXPECT_NEAR(compiled.metrics.at("loss")[e], eager.metrics.at("loss")[e], 1e-6);
     EXPECT_EQ(compiled.metrics.at("accuracy")[e], eager.metrics.at("accuracy")[e]);
   }
+}
+
+// The largest |a - b| over every tensor of two optimizer snapshots; their metadata (step counts,
+// hyperparameters) must be equal.
+double optimizer_difference(const optim::Optimizer& a, const optim::Optimizer& b) {
+  const optim::OptimizerState sa = a.state_dict(), sb = b.state_dict();
+  EXPECT_EQ(sa.meta, sb.meta);
+  EXPECT_EQ(sa.tensors.size(), sb.tensors.size());
+  double worst = 0;
+  for (const auto& [name, t] : sa.tensors) {
+    if (!sb.tensors.count(name)) {
+      ADD_FAILURE() << "no " << name;
+      continue;
+    }
+    worst = std::max(worst, max(abs(t - sb.tensors.at(name))).item());
+  }
+  return worst;
+}
+
+TEST(CompiledStep, TheUpdatesAreNodesOfTheGraphAndTheGradientsStayInside) {
+  manual_seed(3);
+  auto model = nn::mlp(4, {8}, 10);
+  optim::Adam opt(model->parameters(), {.lr = 0.01});
+  CompiledStep step = compile_train_step(*model, ce, opt);
+  step(randn({5, 4}), randint(0, 10, {5}));
+  const auto graph = step.function()->graphs()[0];
+  int updates = 0;
+  for (const graph::Node& n : graph->nodes) updates += std::string(n.op->name()) == "adam_update";
+  EXPECT_EQ(updates, static_cast<int>(model->parameters().size()));
+  EXPECT_EQ(graph->outputs.size(), 2u) << "loss and logits only: no gradient leaves the graph";
+  for (const Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(opt.state(0, 0).step, 1);
+}
+
+TEST(CompiledStep, OptimizerStateAndAScheduledLearningRateFollowEagerWithoutRetracing) {
+  auto run = [](bool compiled) {
+    manual_seed(5);
+    auto model = nn::mlp(6, {16}, 10);
+    auto opt = std::make_unique<optim::Adam>(model->parameters(),
+                                             optim::AdamOptions{.lr = 0.02, .amsgrad = true});
+    optim::CosineAnnealingLR schedule(*opt, 6);
+    std::optional<CompiledStep> step;
+    if (compiled) step.emplace(compile_train_step(*model, ce, *opt));
+    manual_seed(6);
+    for (int s = 0; s < 8; ++s) {
+      Tensor x = randn({7, 6}), y = randint(0, 10, {7});
+      if (step) {
+        (*step)(x, y);
+      } else {
+        opt->zero_grad();
+        ce((*model)(x), y).backward();
+        opt->step();
+      }
+      schedule.step();
+    }
+    const int traces = step ? step->function()->stats().traces : 0;
+    return std::make_tuple(model, std::move(opt), traces);
+  };
+  auto [eager_model, eager_opt, t0] = run(false);
+  auto [model, opt, traces] = run(true);
+  EXPECT_LE(state_difference(*model, *eager_model), 1e-6);
+  EXPECT_LE(optimizer_difference(*opt, *eager_opt), 1e-6);
+  EXPECT_EQ(traces, 1) << "the learning rate and step count are inputs, not attributes";
+}
+
+TEST(CompiledStep, ALoadedOptimizerStateIsWhatTheNextStepsUse) {
+  auto run = [](bool compiled) {
+    manual_seed(8);
+    auto model = nn::mlp(6, {16}, 10);
+    optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    std::optional<CompiledStep> step;
+    if (compiled) step.emplace(compile_train_step(*model, ce, opt));
+    manual_seed(9);
+    auto one = [&] {
+      Tensor x = randn({7, 6}), y = randint(0, 10, {7});
+      if (step) {
+        (*step)(x, y);
+        return;
+      }
+      opt.zero_grad();
+      ce((*model)(x), y).backward();
+      opt.step();
+    };
+    one();
+    const optim::OptimizerState snapshot = opt.state_dict();
+    one();
+    one();
+    opt.load_state_dict(snapshot);
+    one();
+    return model;
+  };
+  EXPECT_LE(state_difference(*run(true), *run(false)), 1e-6);
 }
 
 }  // namespace

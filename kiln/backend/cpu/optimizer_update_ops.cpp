@@ -186,15 +186,18 @@ void adagrad_loop(const Attrs& a, const std::vector<Tensor>& t) {
 // The kernel of an update op: runs kLoop on the parameter's memory. The loop runs over contiguous
 // memory; a strided parameter is copied and written back here, inside the op, so the write is
 // this op's alone.
+// An update whose numbers come from a hyper row (Note [updates in graphs]) runs on the attrs
+// with those numbers.
 template <UpdateLoop kLoop>
 void update_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>&) {
   const Tensor& param = in[0];
-  std::vector<Tensor> t = in;
+  std::vector<Tensor> t;
+  const nlohmann::json attrs = detail::resolved_update_attrs(op, in, t);
   if (!param.is_contiguous()) {
     t[0] = empty(param.shape(), {param.dtype(), param.device()});
     copy_into(t[0], param);
   }
-  kLoop(Attrs(op.name(), detail::optimizer_update_attrs(op)), t);
+  kLoop(Attrs(op.name(), attrs), t);
   if (!t[0].is_same(param)) copy_into(param, t[0]);
 }
 
