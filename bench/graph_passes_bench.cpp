@@ -124,8 +124,7 @@ void compare(const char* label, const graph::Function::Fn& fn,
                 median(t[i + 1]) / eager);
   std::printf("\n  peak      eager %8.2f MiB", peak_mib([&] { fn(inputs); }));
   for (size_t i = 0; i < calls.size(); ++i)
-    std::printf("  %s %8.2f MiB", names[i].c_str(),
-                peak_mib(calls[i], [&, i] {
+    std::printf("  %s %8.2f MiB", names[i].c_str(), peak_mib(calls[i], [&, i] {
                   if (i < fns.size()) fns[i].release_idle_arenas();
                 }));
   std::printf("\n");

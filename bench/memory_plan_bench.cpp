@@ -51,11 +51,11 @@ void print_row(const std::string& label, double eager, double graph, double plan
               label.c_str(), eager, graph, planned, planned / eager, planned / graph);
   if (stats.empty() || !stats[0].last_plan) return;
   const graph::MemoryPlan& p = *stats[0].last_plan;
-  std::printf("%-34s arena %8.2f  bound %8.2f  no reuse %8.2f MiB  unplanned %8.2f MiB  "
-              "%d allocations, %d in place; replays %d, diverged %d\n",
-              "", p.arena_bytes / kMiB, p.live_peak_bytes / kMiB, p.planned_bytes / kMiB,
-              p.unplanned_bytes / kMiB, p.planned, p.in_place, stats[0].replays,
-              stats[0].diverged);
+  std::printf(
+      "%-34s arena %8.2f  bound %8.2f  no reuse %8.2f MiB  unplanned %8.2f MiB  "
+      "%d allocations, %d in place; replays %d, diverged %d\n",
+      "", p.arena_bytes / kMiB, p.live_peak_bytes / kMiB, p.planned_bytes / kMiB,
+      p.unplanned_bytes / kMiB, p.planned, p.in_place, stats[0].replays, stats[0].diverged);
 }
 
 void inference(const std::string& label, const std::shared_ptr<nn::Module>& model, Shape input) {
@@ -129,12 +129,9 @@ int main(int argc, char** argv) {
   inference("small_cnn inference" + b, nn::small_cnn(1, 10, 28), {batch, 1, 28, 28});
   inference("resnet18 inference" + b, nn::resnet18(3, 10), {batch, 3, 32, 32});
   inference("resnet18 inference b1", nn::resnet18(3, 10), {1, 3, 32, 32});
-  training(
-      "mlp Adam step" + tb, [] { return nn::mlp(784, {256}, 10); }, {train_batch, 784});
-  training(
-      "small_cnn Adam step" + tb, [] { return nn::small_cnn(1, 10, 28); },
-      {train_batch, 1, 28, 28});
-  training(
-      "resnet18 Adam step" + tb, [] { return nn::resnet18(3, 10); }, {train_batch, 3, 32, 32});
+  training("mlp Adam step" + tb, [] { return nn::mlp(784, {256}, 10); }, {train_batch, 784});
+  training("small_cnn Adam step" + tb, [] { return nn::small_cnn(1, 10, 28); },
+           {train_batch, 1, 28, 28});
+  training("resnet18 Adam step" + tb, [] { return nn::resnet18(3, 10); }, {train_batch, 3, 32, 32});
   return 0;
 }

@@ -81,7 +81,8 @@ class Storage {
 
   // Written again only under deferred_mutex_, while the contents are deferred.
   mutable void* data_ = nullptr;
-  mutable std::shared_ptr<AllocationSession> session_;  // where data_ came from, if not the allocator
+  mutable std::shared_ptr<AllocationSession>
+      session_;  // where data_ came from, if not the allocator
   mutable int64_t ticket_ = 0;
   mutable std::atomic<bool> deferred_{false};
   mutable std::mutex deferred_mutex_;

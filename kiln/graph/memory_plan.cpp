@@ -37,8 +37,7 @@ int64_t place(const Group& g, const std::vector<Group>& groups, const std::vecto
   std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + size)
   for (int j : placed) {
     const Group& o = groups[static_cast<size_t>(j)];
-    if (overlap_in_time(g, o))
-      busy.emplace_back(o.offset, o.offset + static_cast<int64_t>(o.size));
+    if (overlap_in_time(g, o)) busy.emplace_back(o.offset, o.offset + static_cast<int64_t>(o.size));
   }
   std::sort(busy.begin(), busy.end());
   const auto size = static_cast<int64_t>(g.size);
@@ -131,7 +130,8 @@ MemoryPlan plan_memory(const std::vector<AllocationRecord>& records) {
   int64_t live = 0;
   for (const auto& [time, delta] : events) {
     live += delta;
-    p.live_peak_bytes = std::max(p.live_peak_bytes, static_cast<size_t>(std::max<int64_t>(live, 0)));
+    p.live_peak_bytes =
+        std::max(p.live_peak_bytes, static_cast<size_t>(std::max<int64_t>(live, 0)));
   }
   return p;
 }

@@ -34,11 +34,11 @@ namespace kiln::graph {
 
 // One allocation of a recorded run. Times count allocations and releases in order.
 struct AllocationRecord {
-  int node = -1;       // the node that made it (-1: none, before the first)
-  size_t nbytes = 0;   // as requested
-  int64_t start = 0;   // allocated at
-  int64_t end = -1;    // released at; -1 when still alive as the run ended
-  int overwrites = -1; // the allocation whose bytes it was computed into, or -1
+  int node = -1;        // the node that made it (-1: none, before the first)
+  size_t nbytes = 0;    // as requested
+  int64_t start = 0;    // allocated at
+  int64_t end = -1;     // released at; -1 when still alive as the run ended
+  int overwrites = -1;  // the allocation whose bytes it was computed into, or -1
 };
 
 struct MemoryPlan {

@@ -234,9 +234,9 @@ std::unique_ptr<PlannedRun> MemoryPlanner::begin(const std::vector<Tensor>& inpu
     if (s->key == key) shape = s;
   if (!shape) {
     if (st.shapes.size() >= static_cast<size_t>(kMaxShapes)) {
-      auto lru = std::min_element(st.shapes.begin(), st.shapes.end(), [](const auto& a, const auto& b) {
-        return a->last_used < b->last_used;
-      });
+      auto lru = std::min_element(
+          st.shapes.begin(), st.shapes.end(),
+          [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
       st.shapes.erase(lru);
     }
     shape = std::make_shared<ShapePlan>();
@@ -345,8 +345,8 @@ const void* overwritable_input(const Op& op, const std::vector<Tensor>& args,
     const TensorMeta& m = metas[0];
     if (m.shape != a.shape() || m.dtype != a.dtype() || !m.strides.empty() || m.alias_of >= 0)
       continue;
-    const bool fits = m.memory_format == MemoryFormat::kContiguous ? contiguous
-                                                                   : a.is_channels_last();
+    const bool fits =
+        m.memory_format == MemoryFormat::kContiguous ? contiguous : a.is_channels_last();
     if (fits) return a.storage()->address();
   }
   return nullptr;

@@ -7,20 +7,20 @@
 
 #include "kiln/core/allocation_session.h"
 #include "kiln/core/tensor.h"
-#include "kiln/ops/op.h"
 #include "kiln/graph/memory_plan.h"
+#include "kiln/ops/op.h"
 
 namespace kiln::graph {
 
 // What a graph's planner did (Note [memory planner]), summed over its shapes unless said.
 struct MemoryPlannerStats {
-  int shapes = 0;          // concrete input shapes seen (at most kMaxShapes kept)
-  int recordings = 0;      // runs that recorded
-  int replays = 0;         // runs served from a plan
-  int diverged = 0;        // replays that met an allocation the plan did not expect
-  int kept_arenas = 0;     // replays whose arena a tensor still held at the end
-  int disabled = 0;        // shapes given up on (they kept diverging): plain allocator
-  int64_t fallbacks = 0;   // planned allocations served by the allocator (bytes still in use)
+  int shapes = 0;         // concrete input shapes seen (at most kMaxShapes kept)
+  int recordings = 0;     // runs that recorded
+  int replays = 0;        // runs served from a plan
+  int diverged = 0;       // replays that met an allocation the plan did not expect
+  int kept_arenas = 0;    // replays whose arena a tensor still held at the end
+  int disabled = 0;       // shapes given up on (they kept diverging): plain allocator
+  int64_t fallbacks = 0;  // planned allocations served by the allocator (bytes still in use)
   int64_t arena_allocations = 0;  // allocations served from arenas
   int64_t arenas = 0;             // arenas made (one per concurrent call per shape)
   // The most recent plan's figures.
@@ -29,12 +29,12 @@ struct MemoryPlannerStats {
 
 class PlannedRun;
 
-// One graph's plans, by concrete input shapes (the graph's dtypes are fixed): made by the executor's
-// caller (the function cache keeps one per graph) and shared by concurrent calls.
+// One graph's plans, by concrete input shapes (the graph's dtypes are fixed): made by the
+// executor's caller (the function cache keeps one per graph) and shared by concurrent calls.
 class MemoryPlanner {
  public:
-  static constexpr int kMaxShapes = 16;      // least recently used shapes are dropped beyond
-  static constexpr int kMaxRecordings = 4;   // per shape, before giving up on it
+  static constexpr int kMaxShapes = 16;     // least recently used shapes are dropped beyond
+  static constexpr int kMaxRecordings = 4;  // per shape, before giving up on it
 
   MemoryPlanner();
   ~MemoryPlanner();

@@ -140,9 +140,9 @@ struct CompiledStep::State {
       rows.push_back(kiln::detail::update_hyper_values(u.attrs));
       columns = std::max(columns, rows.back().size());
     }
-    Tensor h = zeros({static_cast<int64_t>(std::max<size_t>(rows.size(), 1)),
-                      static_cast<int64_t>(columns)},
-                     {DType::Float64});
+    Tensor h = zeros(
+        {static_cast<int64_t>(std::max<size_t>(rows.size(), 1)), static_cast<int64_t>(columns)},
+        {DType::Float64});
     double* d = static_cast<double*>(h.raw_data());
     for (size_t r = 0; r < rows.size(); ++r)
       std::copy(rows[r].begin(), rows[r].end(), d + r * columns);
@@ -158,7 +158,9 @@ struct CompiledStep::State {
     o.logger = options.logger;
     nn::Module* m = model;
     const int* gen = &generation;
-    o.state_key = [m, gen] { return fmt::format("{}, optimizer tensors #{}", nn::mode_key(*m), *gen); };
+    o.state_key = [m, gen] {
+      return fmt::format("{}, optimizer tensors #{}", nn::mode_key(*m), *gen);
+    };
     o.capture_name = [m](const Tensor& t) {
       for (const nn::StateDict& named : {m->named_parameters(), m->named_buffers()})
         for (const auto& [name, tensor] : named)
@@ -178,7 +180,8 @@ struct CompiledStep::State {
     auto body = [this](const std::vector<Tensor>& in) { return step(in); };
     try {
       fn.emplace(graph::function(
-          body, {spec(data, "data", true), spec(target, "target", true), spec(hyper, "hyper", false)},
+          body,
+          {spec(data, "data", true), spec(target, "target", true), spec(hyper, "hyper", false)},
           function_options(), loc));
     } catch (const OutOfMemoryError&) {
       throw;

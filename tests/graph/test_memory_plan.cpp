@@ -37,7 +37,8 @@ void expect_sound(const std::vector<AllocationRecord>& r, const MemoryPlan& p) {
       const bool in_time = r[i].start < r[j].end && r[j].start < r[i].end;
       const bool in_memory =
           p.offsets[i] < p.offsets[j] + size(j) && p.offsets[j] < p.offsets[i] + size(i);
-      const bool pair = p.overwrites[i] == static_cast<int>(j) || p.overwrites[j] == static_cast<int>(i);
+      const bool pair =
+          p.overwrites[i] == static_cast<int>(j) || p.overwrites[j] == static_cast<int>(i);
       EXPECT_FALSE(in_time && in_memory && !pair) << "allocations " << j << " and " << i;
     }
   }
@@ -187,9 +188,9 @@ TEST(MemoryPlanner, ConcurrentCallsGetTheirOwnArenas) {
 TEST(MemoryPlanner, AGraphWhoseAllocationsChangeFromCallToCallFallsBackAndStaysExact) {
   // The loop's trip count depends on the data, so the allocations do too.
   auto body = [](const Tensors& in) {
-    Tensors out = kiln::while_loop([](const Tensors& v) { return Tensors{lt(sum(v[0]), 100.0)}; },
-                                   [](const Tensors& v) { return Tensors{add(mul(v[0], 2.0), 1.0)}; },
-                                   {relu(in[0])}, 50);
+    Tensors out = kiln::while_loop(
+        [](const Tensors& v) { return Tensors{lt(sum(v[0]), 100.0)}; },
+        [](const Tensors& v) { return Tensors{add(mul(v[0], 2.0), 1.0)}; }, {relu(in[0])}, 50);
     return Tensors{neg(out[0])};
   };
   Function planned = function(body, {TensorSpec({4})}, {.name = "loop"});

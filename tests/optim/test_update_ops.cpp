@@ -77,17 +77,25 @@ class Collect final : public detail::UpdateSink {
 TEST(UpdateOps, UpdatesFromHyperRowsEqualTheOptimizersOwnSteps) {
   using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
   const std::vector<std::pair<const char*, Make>> optimizers = {
-      {"sgd", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+      {"sgd",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::SGD>(
+             std::move(p), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
        }},
-      {"adam", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+      {"adam",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::Adam>(
+             std::move(p), optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
        }},
-      {"rmsprop", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::RMSprop>(std::move(p), optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
+      {"rmsprop",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::RMSprop>(
+             std::move(p), optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
        }},
-      {"adagrad", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::Adagrad>(std::move(p), optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.01});
+      {"adagrad",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::Adagrad>(
+             std::move(p), optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.01});
        }},
   };
   for (const auto& [name, make] : optimizers) {
@@ -122,8 +130,9 @@ TEST(UpdateOps, UpdatesFromHyperRowsEqualTheOptimizersOwnSteps) {
       nlohmann::json baked = sink.calls[0].attrs;
       for (auto& [key, v] : baked.items())
         if (detail::is_update_hyper(key, v))
-          v = v.is_boolean() ? nlohmann::json(!v.get<bool>())
-                             : v.is_number_integer() ? nlohmann::json(999) : nlohmann::json(12345.5);
+          v = v.is_boolean()          ? nlohmann::json(!v.get<bool>())
+              : v.is_number_integer() ? nlohmann::json(999)
+                                      : nlohmann::json(12345.5);
       NoGradGuard no_grad;
       detail::optimizer_update_from(sink.calls[0].kind, baked, sink.calls[0].tensors, hyper, 1,
                                     Loc::current());
