@@ -4,6 +4,7 @@
 
 #include "kiln/ops/binary.h"
 #include "kiln/ops/composite_op.h"
+#include "kiln/ops/fused_linear.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
@@ -150,32 +151,7 @@ class LinearOp final : public CompositeOp {
   nlohmann::json attrs() const override { return {{"has_bias", has_bias_}}; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
-    if (in.size() != (has_bias_ ? 3u : 2u))
-      fail(name(), loc, "expected {} inputs (input, weight{}), but got {}", has_bias_ ? 3 : 2,
-           has_bias_ ? ", bias" : "", in.size());
-    const Tensor &x = in[0], &w = in[1];
-    if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1))
-      fail(name(), loc,
-           "expected input [..., in_features] and weight [out_features, in_features], but got "
-           "input {} and weight {}",
-           x.describe(), w.describe());
-    if (!is_floating(x.dtype()) || w.dtype() != x.dtype())
-      fail(name(), loc,
-           "expected floating-point input and weight of one dtype, but got input {} and weight {}",
-           x.describe(), w.describe());
-    Shape shape(x.shape().begin(), x.shape().end() - 1);
-    shape.push_back(w.size(0));
-    if (has_bias_) {
-      const Tensor& b = in[2];
-      const bool fits = b.dtype() == x.dtype() && b.dim() <= 1 &&
-                        (b.numel() == 1 || (b.dim() == 1 && b.size(0) == w.size(0)));
-      if (!fits)
-        fail(name(), loc,
-             "expected a bias of shape [{}] (or one value) and dtype {} (input {}, weight {}), "
-             "but got {}",
-             w.size(0), dtype_name(x.dtype()), x.describe(), w.describe(), b.describe());
-    }
-    return {{shape, x.dtype(), x.device()}};
+    return {detail::linear_meta(name(), in, has_bias_, loc)};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
@@ -193,16 +169,8 @@ class LinearOp final : public CompositeOp {
     return {true, false, ~uint64_t{0}, (needs_grad[1] ? 1u : 0u) | (needs_grad[0] ? 2u : 0u)};
   }
 
-  // dx = G W, dW = G^T x over all rows (one GEMM), db = G summed to the bias's shape.
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    const Loc& loc = ctx.loc;
-    const Tensor& g = ctx.grads[0];
-    std::vector<Tensor> grads(ctx.input_metas.size());
-    if (ctx.needs_grad[0]) grads[0] = matmul(g, ctx.inputs[1], loc);
-    if (ctx.needs_grad[1])
-      grads[1] = matmul(transpose(rows_of(g, loc), 0, 1, loc), rows_of(ctx.inputs[0], loc), loc);
-    if (has_bias_ && ctx.needs_grad[2]) grads[2] = sum_to(g, ctx.input_metas[2].shape, loc);
-    return grads;
+    return detail::linear_grads(ctx, ctx.grads[0]);
   }
 
  private:
@@ -215,6 +183,48 @@ KILN_REGISTER_OP("linear", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
                  });
 
 }  // namespace
+
+TensorMeta detail::linear_meta(const char* op, const std::vector<Tensor>& in, bool has_bias,
+                               const Loc& loc) {
+  if (in.size() != (has_bias ? 3u : 2u))
+    fail(op, loc, "expected {} inputs (input, weight{}), but got {}", has_bias ? 3 : 2,
+         has_bias ? ", bias" : "", in.size());
+  const Tensor &x = in[0], &w = in[1];
+  if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1))
+    fail(op, loc,
+         "expected input [..., in_features] and weight [out_features, in_features], but got "
+         "input {} and weight {}",
+         x.describe(), w.describe());
+  if (!is_floating(x.dtype()) || w.dtype() != x.dtype())
+    fail(op, loc,
+         "expected floating-point input and weight of one dtype, but got input {} and weight {}",
+         x.describe(), w.describe());
+  Shape shape(x.shape().begin(), x.shape().end() - 1);
+  shape.push_back(w.size(0));
+  if (has_bias) {
+    const Tensor& b = in[2];
+    const bool fits = b.dtype() == x.dtype() && b.dim() <= 1 &&
+                      (b.numel() == 1 || (b.dim() == 1 && b.size(0) == w.size(0)));
+    if (!fits)
+      fail(op, loc,
+           "expected a bias of shape [{}] (or one value) and dtype {} (input {}, weight {}), "
+           "but got {}",
+           w.size(0), dtype_name(x.dtype()), x.describe(), w.describe(), b.describe());
+  }
+  return {shape, x.dtype(), x.device()};
+}
+
+// dx = G W, dW = G^T x over all rows (one GEMM), db = G summed to the bias's shape.
+std::vector<Tensor> detail::linear_grads(const VjpContext& ctx, const Tensor& g) {
+  const Loc& loc = ctx.loc;
+  std::vector<Tensor> grads(ctx.input_metas.size());
+  if (ctx.needs_grad[0]) grads[0] = matmul(g, ctx.inputs[1], loc);
+  if (ctx.needs_grad[1])
+    grads[1] = matmul(transpose(rows_of(g, loc), 0, 1, loc), rows_of(ctx.inputs[0], loc), loc);
+  if (ctx.input_metas.size() > 2 && ctx.needs_grad[2])
+    grads[2] = sum_to(g, ctx.input_metas[2].shape, loc);
+  return grads;
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Loc& loc) {
   return call_op<MatmulOp>({a, b}, loc);

@@ -21,6 +21,8 @@ const std::vector<PassEntry>& pipeline() {
        [](Graph& g, const OptimizeOptions&) { return passes::eliminate_common_subexpressions(g); }},
       {"conv_bn",
        [](Graph& g, const OptimizeOptions& o) { return passes::fuse_conv_bn(g, o.freeze); }},
+      {"linear",
+       [](Graph& g, const OptimizeOptions& o) { return passes::fuse_linear(g, o.freeze); }},
       {"fold",
        [](Graph& g, const OptimizeOptions& o) { return passes::fold_constants(g, o.freeze); }},
       {"dce", [](Graph& g, const OptimizeOptions&) { return passes::eliminate_dead_code(g); }},

@@ -21,7 +21,10 @@ namespace kiln::graph {
 //   separate
 //              Conv2d/BatchNorm2d/ReLU modules trace, becomes conv_bn_fold + conv2d_affine, the
 //              ops nn::conv_bn emits (Note [conv-bn fold]); not bit for bit (the fold rounds
-//              differently, ~1e-6 relative), the one pass that is not
+//              differently, ~1e-6 relative)
+//   linear     with `freeze` only: a float32 linear (-> relu, when the relu is its only reader)
+//              becomes fused_linear, one oneDNN matmul with the bias and the relu as post-ops;
+//              not bit for bit either (~1e-6 relative)
 //   fold       constant folding: a pure node whose inputs are all constants runs once, at compile
 //              time, and becomes a constant. Constants are the outputs of factories without inputs
 //              (the scalars of expressions); with `freeze`, captures (parameters, buffers) are
@@ -36,7 +39,7 @@ namespace kiln::graph {
 // KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
 // the passes. The result is validated, and outputs stay exactly what the unoptimized graph
 // computes (bit for bit: every rewrite runs the same kernels on the same values, or none), but
-// for conv_bn's folding in a frozen graph.
+// for conv_bn's folding and linear's post-ops in a frozen graph.
 struct OptimizeOptions {
   bool freeze = false;
   std::vector<std::string> skip = {};
@@ -70,6 +73,7 @@ namespace passes {
 bool simplify(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
 bool fuse_conv_bn(Graph& g, bool freeze);
+bool fuse_linear(Graph& g, bool freeze);
 bool fold_constants(Graph& g, bool freeze);
 bool eliminate_dead_code(Graph& g);
 bool fuse_elementwise(Graph& g);
