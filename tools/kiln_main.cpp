@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
                   "treat parameters and buffers as constants and fold them (inference)");
   graph
       ->add_option("--skip-passes", g.skip_passes,
-                   "passes to leave out (simplify, cse, conv_bn, fold, dce, fuse)")
+                   "passes to leave out (simplify, cse, conv_bn, linear, fold, dce, fuse)")
       ->delimiter(',');
 
   CLI11_PARSE(app, argc, argv);

@@ -59,7 +59,7 @@ TEST(Optimize, AnUnknownPassIsAnErrorListingThePasses) {
   o.skip = {"cs"};
   kiln::test::expect_error(
       [&] { optimize(Graph{}, o); },
-      {"unknown pass 'cs'", "simplify, cse, conv_bn, fold, dce", "test_pipeline.cpp"});
+      {"unknown pass 'cs'", "simplify, cse, conv_bn, linear, fold, dce", "test_pipeline.cpp"});
 }
 
 TEST(Optimize, EveryFunctionIsOptimizedUnlessToldNot) {
