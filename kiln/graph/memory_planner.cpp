@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/core/allocator.h"
@@ -332,6 +333,7 @@ const void* overwritable_input(const Op& op, const std::vector<Tensor>& args,
   if (GradMode::is_enabled())
     for (const Tensor& a : args)
       if (a.defined() && a.requires_grad()) return nullptr;
+  std::optional<std::vector<TensorMeta>> metas;  // infer runs once, for the first candidate
   for (size_t j = 0; j < args.size() && j < 64; ++j) {
     const Tensor& a = args[j];
     if (!(mask >> j & 1) || !dying[j] || !a.defined() || a.is_meta()) continue;
@@ -340,9 +342,9 @@ const void* overwritable_input(const Op& op, const std::vector<Tensor>& args,
     if (a.storage_offset() != 0 || a.nbytes() != a.storage()->nbytes() || a.nbytes() == 0) continue;
     const bool contiguous = a.is_contiguous();
     if (!contiguous && !a.is_channels_last()) continue;
-    const std::vector<TensorMeta> metas = op.infer(args, loc);
-    if (metas.empty()) return nullptr;
-    const TensorMeta& m = metas[0];
+    if (!metas) metas = op.infer(args, loc);
+    if (metas->empty()) return nullptr;
+    const TensorMeta& m = (*metas)[0];
     if (m.shape != a.shape() || m.dtype != a.dtype() || !m.strides.empty() || m.alias_of >= 0)
       continue;
     const bool fits =

@@ -135,11 +135,14 @@ std::vector<double> detail::update_hyper_values(const nlohmann::json& attrs) {
   return values;
 }
 
-nlohmann::json detail::resolved_update_attrs(const Op& op, const std::vector<Tensor>& inputs,
-                                             std::vector<Tensor>& loop_inputs) {
-  nlohmann::json attrs = optimizer_update_attrs(op);
+const nlohmann::json& detail::resolved_update_attrs(const Op& op, const std::vector<Tensor>& inputs,
+                                                    std::vector<Tensor>& loop_inputs,
+                                                    nlohmann::json& storage) {
+  const nlohmann::json& own = optimizer_update_attrs(op);
   loop_inputs = inputs;
-  if (!attrs.contains(kHyperRow)) return attrs;
+  if (!own.contains(kHyperRow)) return own;
+  storage = own;
+  nlohmann::json& attrs = storage;
   const int64_t row = attrs[kHyperRow].get<int64_t>();
   const Tensor h = contiguous(inputs[2]);
   const double* values = static_cast<const double*>(h.raw_data()) + row * h.shape()[1];

@@ -43,11 +43,12 @@ void optimizer_update(OptimizerUpdate kind, nlohmann::json attrs,
 // call, so a missing one is an error naming it when the update runs.
 const nlohmann::json& optimizer_update_attrs(const Op& op);
 
-// The attrs the update's loop runs with and the tensors it runs on: the op's attrs and inputs,
-// or, for an op with "hyper_row" (Note [updates in graphs]), the attrs with the row's numbers
-// and the inputs without the matrix.
-nlohmann::json resolved_update_attrs(const Op& op, const std::vector<Tensor>& inputs,
-                                     std::vector<Tensor>& loop_inputs);
+// The attrs the update's loop runs with and the tensors it runs on: the op's own attrs and
+// inputs, or, for an op with "hyper_row" (Note [updates in graphs]), a copy of the attrs in
+// `storage` with the row's numbers and the inputs without the matrix.
+const nlohmann::json& resolved_update_attrs(const Op& op, const std::vector<Tensor>& inputs,
+                                            std::vector<Tensor>& loop_inputs,
+                                            nlohmann::json& storage);
 // An update's numbers, in the order a hyper row holds them, and whether attr `key` is one.
 std::vector<double> update_hyper_values(const nlohmann::json& attrs);
 bool is_update_hyper(const std::string& key, const nlohmann::json& value);

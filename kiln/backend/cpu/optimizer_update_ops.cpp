@@ -192,7 +192,8 @@ template <UpdateLoop kLoop>
 void update_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>&) {
   const Tensor& param = in[0];
   std::vector<Tensor> t;
-  const nlohmann::json attrs = detail::resolved_update_attrs(op, in, t);
+  nlohmann::json storage;
+  const nlohmann::json& attrs = detail::resolved_update_attrs(op, in, t, storage);
   if (!param.is_contiguous()) {
     t[0] = empty(param.shape(), {param.dtype(), param.device()});
     copy_into(t[0], param);
