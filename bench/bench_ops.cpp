@@ -100,6 +100,49 @@ void BM_ExpLarge(benchmark::State& state) {
 }
 BENCHMARK(BM_ExpLarge)->UseRealTime();
 
+// Transcendental functions (SLEEF, Note [vectorized math]): compute-bound where exp is not.
+void BM_TanhLarge(benchmark::State& state) {
+  Tensor a = uniform({kLarge});
+  for (auto _ : state) {
+    Tensor c = kiln::tanh(a);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kLarge * int64_t{sizeof(float)});
+}
+BENCHMARK(BM_TanhLarge)->UseRealTime();
+
+void BM_SigmoidLarge(benchmark::State& state) {
+  Tensor a = uniform({kLarge});
+  for (auto _ : state) {
+    Tensor c = kiln::sigmoid(a);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kLarge * int64_t{sizeof(float)});
+}
+BENCHMARK(BM_SigmoidLarge)->UseRealTime();
+
+// gelu with its exact (erf) form, PyTorch's default.
+void BM_GeluLarge(benchmark::State& state) {
+  Tensor a = uniform({kLarge});
+  for (auto _ : state) {
+    Tensor c = kiln::gelu(a);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kLarge * int64_t{sizeof(float)});
+}
+BENCHMARK(BM_GeluLarge)->UseRealTime();
+
+// Softmax over the last dim of [4096, 1024] (attention-sized rows).
+void BM_SoftmaxRows(benchmark::State& state) {
+  Tensor a = uniform({4096, 1024});
+  for (auto _ : state) {
+    Tensor c = kiln::softmax(a, 1);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * a.numel() * int64_t{sizeof(float)});
+}
+BENCHMARK(BM_SoftmaxRows)->UseRealTime();
+
 void BM_SumLarge(benchmark::State& state) {
   Tensor a = uniform({kLarge});
   for (auto _ : state) {

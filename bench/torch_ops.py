@@ -67,6 +67,11 @@ def unary_large(fn):
     return make
 
 
+def softmax_rows():
+    a = uniform(4096, 1024)
+    return lambda: torch.softmax(a, 1)
+
+
 def matmul(n):
     def make():
         a, b = uniform(n, n), uniform(n, n)
@@ -105,6 +110,10 @@ WORKLOADS = {
     "BM_AddLarge": binary_large(torch.add),
     "BM_MulLarge": binary_large(torch.mul),
     "BM_ExpLarge": unary_large(torch.exp),
+    "BM_TanhLarge": unary_large(torch.tanh),
+    "BM_SigmoidLarge": unary_large(torch.sigmoid),
+    "BM_GeluLarge": unary_large(torch.nn.functional.gelu),
+    "BM_SoftmaxRows": softmax_rows,
     "BM_SumLarge": unary_large(torch.sum),
     "BM_Matmul/256": matmul(256),
     "BM_Matmul/512": matmul(512),

@@ -6,6 +6,7 @@ packages=(
   git                    # scripts/check_format.sh lists the tracked sources with git ls-files
   libdnnl-dev            # oneDNN: matmul and convolution kernels
   ocl-icd-opencl-dev     # OpenCL headers + libOpenCL.so: Debian's oneDNN CMake config requires them
+  libsleef-dev           # SLEEF: vectorized exp, log, tanh, erf, ... in the elementwise kernels
   libfmt-dev             # fmt: error messages and printing
   nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
   zlib1g-dev             # zlib: gzip-compressed IDX datasets
