@@ -1,7 +1,7 @@
 // kiln_profile: where one step of a harness workload spends its time. Runs warm-up steps, then
 // times `--steps` steps under a Profiler and prints the median step time and the per-op table.
 //   kiln_profile --workload cnn-train|resnet18-train|resnet18-infer|mlp-train [--batch N]
-//                [--steps N] [--warmup N] [--threads N]
+//                [--steps N] [--warmup N] [--threads N] [--channels-last]
 // Inputs are random (the shapes are the harness's), so it needs no data files.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -39,12 +39,16 @@ int main(int argc, char** argv) try {
   int64_t batch = 128;
   int steps = 20, warmup = 3, threads = 2;
   std::string weights;
+  bool channels_last = false;
   app.add_option("--workload", workload, "cnn-train, resnet18-train, resnet18-infer, mlp-train");
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "profiled steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "unprofiled steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   app.add_option("--weights", weights, "a safetensors state dict to load (e.g. the harness's)");
+  app.add_flag("--channels-last", channels_last,
+               "feed the input channels-last (NHWC strides), as PyTorch's "
+               "memory_format=torch.channels_last");
   CLI11_PARSE(app, argc, argv);
   kiln::set_num_threads(threads);
   kiln::manual_seed(0);
@@ -52,6 +56,7 @@ int main(int argc, char** argv) try {
   Workload w = make(workload, batch);
   if (!weights.empty()) w.model->load_state_dict(kiln::io::load_safetensors(weights).tensors);
   Tensor x = kiln::randn(w.input);
+  if (channels_last) x = kiln::contiguous(x, kiln::MemoryFormat::kChannelsLast);
   Tensor y = kiln::randint(0, 10, {batch});
   kiln::optim::Adam opt(w.model->parameters(), {.lr = 1e-3});
   w.model->train(w.train);

@@ -14,18 +14,21 @@ std::string mode_key(const Module& model) {
   return key;
 }
 
+std::function<std::string(const Tensor&)> state_names(const Module& model) {
+  return [&model](const Tensor& t) {
+    for (const StateDict& named : {model.named_parameters(), model.named_buffers()})
+      for (const auto& [name, tensor] : named)
+        if (tensor.is_same(t)) return name;
+    return std::string();
+  };
+}
+
 namespace {
 
 // The options for `model`: its mode in the key, its type name as the default name.
 graph::FunctionOptions module_options(const Module& model, graph::FunctionOptions options) {
   if (options.name == graph::FunctionOptions{}.name) options.name = model.type_name();
-  if (!options.capture_name)
-    options.capture_name = [&model](const Tensor& t) {
-      for (const StateDict& named : {model.named_parameters(), model.named_buffers()})
-        for (const auto& [name, tensor] : named)
-          if (tensor.is_same(t)) return name;
-      return std::string();
-    };
+  if (!options.capture_name) options.capture_name = state_names(model);
   auto user_key = std::move(options.state_key);
   options.state_key = [&model, user_key] {
     std::string key = mode_key(model);

@@ -1,5 +1,6 @@
 #pragma once
 // The Module form of kiln::graph::function (Note [traced modules]).
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,5 +33,9 @@ graph::Function function(Module& model, std::vector<graph::TensorSpec> signature
 // "train", "eval", or for a model in both modes "train (eval: bn1, layer1.0.bn2)" (the
 // descendants whose mode differs from the model's own).
 std::string mode_key(const Module& model);
+
+// FunctionOptions::capture_name for graphs over `model`: the name of one of its parameters or
+// buffers ("layer1.0.conv1.weight"), or "" for any other tensor. `model` must outlive it.
+std::function<std::string(const Tensor&)> state_names(const Module& model);
 
 }  // namespace kiln::nn

@@ -161,12 +161,7 @@ struct CompiledStep::State {
     o.state_key = [m, gen] {
       return fmt::format("{}, optimizer tensors #{}", nn::mode_key(*m), *gen);
     };
-    o.capture_name = [m](const Tensor& t) {
-      for (const nn::StateDict& named : {m->named_parameters(), m->named_buffers()})
-        for (const auto& [name, tensor] : named)
-          if (tensor.is_same(t)) return name;
-      return std::string();
-    };
+    o.capture_name = nn::state_names(*m);
     return o;
   }
 

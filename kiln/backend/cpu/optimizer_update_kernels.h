@@ -33,16 +33,37 @@ inline C round_to(C x) {
 // torch.maximum: NaN wins.
 template <class C>
 inline C nan_max(C a, C b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a > b ? a : b;
+  // a > b is false when b is NaN, so this returns b then; branch-free, so loops vectorize.
+  return (std::isnan(a) | (a > b)) ? a : b;
+}
+
+// Note [vectorized updates]: elements are independent (each loop reads and writes element i of
+// its tensors only), so the loop is vectorized. A flag that only selects arithmetic is a uniform
+// branch, which the vectorizer turns into a select; a flag that guards loads or stores (a state
+// tensor that may be absent) is made a compile-time constant with with_flag, since a vectorizer
+// cannot select memory accesses. Vector sqrt, division and fma round as the scalar ones do, so
+// the results are those of the scalar loop, bit for bit.
+// f(begin, end) over chunks of [0, n), split across threads: the loop over a chunk is the
+// caller's, written with `#pragma omp simd` where it vectorizes.
+template <class F>
+void for_each_chunk(int64_t n, F f) {
+  parallel_for(0, n, 32768, f);
 }
 
 template <class F>
 void for_each_element(int64_t n, F f) {
-  parallel_for(0, n, 32768, [&](int64_t b, int64_t e) {
+  for_each_chunk(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) f(i);
   });
+}
+
+// f(std::true_type{}) or f(std::false_type{}), as flag says.
+template <class F>
+void with_flag(bool flag, F&& f) {
+  if (flag)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 // Calls f(TypeTag<T>{}) for the floating dtypes (the only ones a parameter that requires grad can

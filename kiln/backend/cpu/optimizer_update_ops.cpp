@@ -17,9 +17,11 @@ namespace kiln {
 namespace {
 
 using detail::data_of;
+using detail::for_each_chunk;
 using detail::for_each_element;
 using detail::nan_max;
 using detail::visit_floating;
+using detail::with_flag;
 
 // The loop of one update: t[0] is the parameter's contiguous memory, t[1] the contiguous gradient
 // of its dtype, t[2...] the contiguous state tensors, in the order the optimizer passes them.
@@ -41,17 +43,25 @@ void sgd_loop(const Attrs& a, const std::vector<Tensor>& t) {
     T* b = momentum != 0 ? data_of<T>(t[2]) : nullptr;
     const C wd = static_cast<C>(weight_decay), mom = static_cast<C>(momentum);
     const C keep = static_cast<C>(1 - dampening), neg_lr = static_cast<C>(-lr);
-    for_each_element(param.numel(), [&](int64_t i) {
-      const C pi = static_cast<C>(p[i]);
-      C d = static_cast<C>(g[i]);
-      if (maximize) d = -d;
-      if (weight_decay != 0) d = round_to<T>(std::fma(wd, pi, d));
-      if (momentum != 0) {
-        C bi = first ? d : round_to<T>(std::fma(keep, d, round_to<T>(static_cast<C>(b[i]) * mom)));
-        b[i] = static_cast<T>(bi);
-        d = nesterov ? round_to<T>(std::fma(mom, bi, d)) : bi;
-      }
-      p[i] = static_cast<T>(std::fma(neg_lr, d, pi));
+    // The momentum buffer's loads and stores are a compile-time choice (with_flag), so the loop
+    // has no memory access under a branch and vectorizes (Note [vectorized updates]).
+    with_flag(momentum != 0, [&](auto has_momentum) {
+      for_each_chunk(param.numel(), [&](int64_t b0, int64_t e0) {
+#pragma omp simd
+        for (int64_t i = b0; i < e0; ++i) {
+          const C pi = static_cast<C>(p[i]);
+          C d = static_cast<C>(g[i]);
+          if (maximize) d = -d;
+          if (weight_decay != 0) d = round_to<T>(std::fma(wd, pi, d));
+          if constexpr (decltype(has_momentum)::value) {
+            C bi =
+                first ? d : round_to<T>(std::fma(keep, d, round_to<T>(static_cast<C>(b[i]) * mom)));
+            b[i] = static_cast<T>(bi);
+            d = nesterov ? round_to<T>(std::fma(mom, bi, d)) : bi;
+          }
+          p[i] = static_cast<T>(std::fma(neg_lr, d, pi));
+        }
+      });
     });
   });
 }
@@ -82,27 +92,35 @@ void adam_loop(const Attrs& a, const std::vector<Tensor>& t) {
     const C b2 = static_cast<C>(beta2), one_minus_b2 = static_cast<C>(1 - beta2);
     const C bc2_sqrt = static_cast<C>(bias_correction2_sqrt), eps_c = static_cast<C>(eps);
     const C neg_step_size = static_cast<C>(-step_size);
-    for_each_element(param.numel(), [&](int64_t i) {
-      C pi = static_cast<C>(p[i]);
-      C gi = static_cast<C>(g[i]);
-      if (maximize) gi = -gi;
-      if (decoupled)
-        pi = round_to<T>(pi * decay);
-      else if (weight_decay != 0)
-        gi = round_to<T>(std::fma(wd, pi, gi));
-      const C mi = round_to<T>(std::fma(one_minus_b1, gi, round_to<T>(static_cast<C>(m[i]) * b1)));
-      const C vi = round_to<T>(round_to<T>(static_cast<C>(v[i]) * b2) + one_minus_b2 * gi * gi);
-      m[i] = static_cast<T>(mi);
-      v[i] = static_cast<T>(vi);
-      C second = vi;
-      if (amsgrad) {
-        second = round_to<T>(nan_max(static_cast<C>(vmax[i]), vi));
-        vmax[i] = static_cast<T>(second);
-      }
-      C denom = round_to<T>(std::sqrt(second));
-      denom = round_to<T>(denom / bc2_sqrt);
-      denom = round_to<T>(denom + eps_c);
-      p[i] = static_cast<T>(pi + neg_step_size * mi / denom);
+    // Flags that only select arithmetic are applied as arithmetic (a multiplication by 1 or -1 is
+    // exact); those that add operations are compile-time (Note [vectorized updates]).
+    const C grad_sign = maximize ? C(-1) : C(1), param_decay = decoupled ? decay : C(1);
+    with_flag(amsgrad, [&](auto has_max) {
+      with_flag(!decoupled && weight_decay != 0, [&](auto coupled_decay) {
+        for_each_chunk(param.numel(), [&](int64_t b0, int64_t e0) {
+#pragma omp simd
+          for (int64_t i = b0; i < e0; ++i) {
+            const C pi = round_to<T>(static_cast<C>(p[i]) * param_decay);
+            C gi = static_cast<C>(g[i]) * grad_sign;
+            if constexpr (decltype(coupled_decay)::value) gi = round_to<T>(std::fma(wd, pi, gi));
+            const C mi =
+                round_to<T>(std::fma(one_minus_b1, gi, round_to<T>(static_cast<C>(m[i]) * b1)));
+            const C vi =
+                round_to<T>(round_to<T>(static_cast<C>(v[i]) * b2) + one_minus_b2 * gi * gi);
+            m[i] = static_cast<T>(mi);
+            v[i] = static_cast<T>(vi);
+            C second = vi;
+            if constexpr (decltype(has_max)::value) {
+              second = round_to<T>(nan_max(static_cast<C>(vmax[i]), vi));
+              vmax[i] = static_cast<T>(second);
+            }
+            C denom = round_to<T>(std::sqrt(second));
+            denom = round_to<T>(denom / bc2_sqrt);
+            denom = round_to<T>(denom + eps_c);
+            p[i] = static_cast<T>(pi + neg_step_size * mi / denom);
+          }
+        });
+      });
     });
   });
 }
