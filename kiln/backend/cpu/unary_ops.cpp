@@ -160,13 +160,19 @@ struct Tanh : FloatMath {
   }
 };
 
+// t[i] = exp(-x[i]), for sigmoid and silu.
+template <class C>
+void exp_neg(const C* x, C* t, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) t[i] = -x[i];
+  vmath::exp(t, t, n);
+}
+
 struct Sigmoid : FloatMath {
   template <class C>
   void block(const C* x, C* y, int64_t n) const {
     alignas(32) C t[kBlock];
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) t[i] = -x[i];
-    vmath::exp(t, t, n);
+    exp_neg(x, t, n);
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = C(1) / (C(1) + t[i]);
   }
@@ -206,9 +212,7 @@ struct Silu : FloatMath {
   template <class C>
   void block(const C* x, C* y, int64_t n) const {
     alignas(32) C t[kBlock];
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) t[i] = -x[i];
-    vmath::exp(t, t, n);
+    exp_neg(x, t, n);
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (C(1) + t[i]);
   }
