@@ -93,6 +93,7 @@ template <class Fn>
 class BinaryOp final : public Op {
  public:
   const char* name() const override { return Fn::kName; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     Shape shape =

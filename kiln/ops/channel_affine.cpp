@@ -25,6 +25,7 @@ Shape channel_shape(const Shape& x) {
 class ChannelAffineOp final : public Op {
  public:
   const char* name() const override { return "channel_affine"; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];

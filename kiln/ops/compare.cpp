@@ -59,6 +59,7 @@ template <class Fn>
 class BoolBinaryOp final : public Op {
  public:
   const char* name() const override { return Fn::kName; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     Shape shape =
@@ -92,6 +93,7 @@ class LogicalNotOp final : public Op {
 class WhereOp final : public Op {
  public:
   const char* name() const override { return "where"; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& cond = in[0];

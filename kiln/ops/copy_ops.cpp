@@ -24,6 +24,7 @@ class ToDtypeOp final : public Op {
  public:
   explicit ToDtypeOp(DType dtype) : dtype_(dtype) {}
   const char* name() const override { return "to_dtype"; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
   nlohmann::json attrs() const override { return {{"dtype", dtype_name(dtype_)}}; }
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc&) const override {
     return {{in[0].shape(), dtype_, in[0].device()}};

@@ -74,6 +74,7 @@ class FusedElementwiseOp final : public Op {
       : a_(std::move(a)), json_(std::move(json)) {}
   const detail::FusedElementwiseAttrs& fused_attrs() const { return a_; }
   const char* name() const override { return kName; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
   nlohmann::json attrs() const override { return json_; }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {

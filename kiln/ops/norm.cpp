@@ -34,6 +34,7 @@ class NormOp final : public Op {
       : a_{kind, groups_or_k, eps, has_weight, has_bias} {}
   const NormAttrs& norm_attrs() const { return a_; }
   const char* name() const override { return norm_kind_name(a_.kind); }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
   nlohmann::json attrs() const override {
     nlohmann::json j = {
         {"eps", attr_double(a_.eps)}, {"has_weight", a_.has_weight}, {"has_bias", a_.has_bias}};

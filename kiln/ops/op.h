@@ -122,6 +122,11 @@ class Op {
   // no other element of it later (elementwise ops). The memory planner (graph/memory_plan.h) then
   // places the output on the input's bytes; nothing else changes, eager calls included.
   virtual uint64_t may_overwrite() const { return 0; }
+  // Note [rematerialization]: true when computing the outputs costs about one pass over the
+  // operands' memory (elementwise ops, normalizations), so that a graph may compute them again
+  // where they are read late instead of keeping them alive in between (graph/passes/remat.cpp).
+  // Only pure ops are recomputed; a matmul or a convolution is never worth it.
+  virtual bool memory_bound() const { return false; }
   // Note [random effects]: a random op (rand, randn, randint, bernoulli) draws from the generator
   // state its attrs hold (Note [random ops]). random_blocks says how many blocks of the stream an
   // execution with these outputs draws (Note [random streams]); at_stream rebuilds the op drawing

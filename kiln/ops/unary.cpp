@@ -246,6 +246,7 @@ class UnaryOp final : public Op {
   explicit UnaryOp(Fn fn) : fn_(std::move(fn)) {}
   const Fn& fn() const { return fn_; }
   const char* name() const override { return Fn::kName; }
+  bool memory_bound() const override { return true; }  // Note [rematerialization]
   nlohmann::json attrs() const override { return fn_.attrs(); }
 
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {

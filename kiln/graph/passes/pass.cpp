@@ -31,6 +31,16 @@ const std::vector<PassEntry>& pipeline() {
   return passes;
 }
 
+// Run once each, after the fixed point: their rewrites are ones the pipeline would undo (cse
+// merges the recomputed copies back into the originals).
+const std::vector<PassEntry>& finishing() {
+  static const std::vector<PassEntry> passes = {
+      {"hoist", [](Graph& g, const OptimizeOptions&) { return passes::hoist_writes(g); }},
+      {"remat", [](Graph& g, const OptimizeOptions&) { return passes::rematerialize(g); }},
+  };
+  return passes;
+}
+
 constexpr int kMaxRounds = 4;
 
 std::vector<std::string> split_names(const char* text) {
@@ -54,6 +64,7 @@ const std::vector<std::string>& pass_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
     for (const PassEntry& p : pipeline()) n.push_back(p.name);
+    for (const PassEntry& p : finishing()) n.push_back(p.name);
     return n;
   }();
   return names;
@@ -63,8 +74,9 @@ std::string OptimizeReport::format() const {
   std::string out = fmt::format("{} nodes -> {} in {} round{}", nodes_before, nodes_after, rounds,
                                 rounds == 1 ? "" : "s");
   for (const PassStat& p : passes)
-    out += fmt::format("\n  {:<9} {:>4} nodes removed, changed in {} round{}, {:.3f} ms", p.pass,
-                       p.nodes_removed, p.rounds_changed, p.rounds_changed == 1 ? "" : "s", p.ms);
+    out += fmt::format("\n  {:<9} {:>4} nodes {}, changed in {} round{}, {:.3f} ms", p.pass,
+                       std::abs(p.nodes_removed), p.nodes_removed < 0 ? "added" : "removed",
+                       p.rounds_changed, p.rounds_changed == 1 ? "" : "s", p.ms);
   for (const std::string& s : skipped) out += fmt::format("\n  {:<9} skipped", s);
   return out;
 }
@@ -86,33 +98,39 @@ Graph optimize(const Graph& g, const OptimizeOptions& options, OptimizeReport* r
   Graph out = g;
   OptimizeReport r;
   r.nodes_before = static_cast<int>(g.nodes.size());
-  for (const PassEntry& p : pipeline()) {
-    if (skipped(p.name))
-      r.skipped.push_back(p.name);
-    else
-      r.passes.push_back({p.name});
-  }
+  for (const auto* list : {&pipeline(), &finishing()})
+    for (const PassEntry& p : *list) {
+      if (skipped(p.name))
+        r.skipped.push_back(p.name);
+      else
+        r.passes.push_back({p.name});
+    }
+  size_t k = 0;  // index into r.passes
+  // Runs p on `out`; true when it changed the graph.
+  auto run = [&](const PassEntry& p) {
+    PassStat& stat = r.passes[k++];
+    const int before = static_cast<int>(out.nodes.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool did = p.run(out, options);
+    stat.ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!did) return false;
+    ++stat.rounds_changed;
+    stat.nodes_removed += before - static_cast<int>(out.nodes.size());
+    out.validate();
+    if (options.after_pass) options.after_pass(p.name, out);
+    return true;
+  };
   bool changed = true;
   while (changed && r.rounds < kMaxRounds) {
     changed = false;
     ++r.rounds;
-    size_t k = 0;
-    for (const PassEntry& p : pipeline()) {
-      if (skipped(p.name)) continue;
-      PassStat& stat = r.passes[k++];
-      const int before = static_cast<int>(out.nodes.size());
-      const auto t0 = std::chrono::steady_clock::now();
-      const bool did = p.run(out, options);
-      stat.ms +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (!did) continue;
-      changed = true;
-      ++stat.rounds_changed;
-      stat.nodes_removed += before - static_cast<int>(out.nodes.size());
-      out.validate();
-      if (options.after_pass) options.after_pass(p.name, out);
-    }
+    k = 0;
+    for (const PassEntry& p : pipeline())
+      if (!skipped(p.name)) changed = run(p) || changed;
   }
+  for (const PassEntry& p : finishing())
+    if (!skipped(p.name)) run(p);
   r.nodes_after = static_cast<int>(out.nodes.size());
   if (report != nullptr) *report = std::move(r);
   return out;

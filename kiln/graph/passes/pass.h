@@ -35,6 +35,14 @@ namespace kiln::graph {
 //   fuse       elementwise fusion: a chain of unary and binary elementwise ops (those with an
 //              elementwise tile, Note [elementwise tiles]) becomes one fused_elementwise node
 //              that reads its inputs once and writes its outputs once, bit for bit the chain's
+// and then, once, after the rounds:
+//   hoist      a node that writes memory (an optimizer update) moves up to just after the last
+//              node it depends on, so that a training step's gradients die as soon as they are
+//              applied (Note [hoisting writes]); bit for bit
+//   remat      rematerialization: a memory-bound value alive across the graph's memory peak (a
+//              training graph's activations, kept for the backward pass) is computed again before
+//              its first read after the peak, when that lowers the peak (Note
+//              [rematerialization]); bit for bit, since the copies run the same ops
 // Any pass can be skipped by name (OptimizeOptions::skip, or the environment variable
 // KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
 // the passes. The result is validated, and outputs stay exactly what the unoptimized graph
@@ -77,6 +85,8 @@ bool fuse_linear(Graph& g, bool freeze);
 bool fold_constants(Graph& g, bool freeze);
 bool eliminate_dead_code(Graph& g);
 bool fuse_elementwise(Graph& g);
+bool hoist_writes(Graph& g);
+bool rematerialize(Graph& g);
 }  // namespace passes
 
 }  // namespace kiln::graph

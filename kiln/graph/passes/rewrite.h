@@ -15,7 +15,9 @@ namespace kiln::graph::passes {
 // around an effect. The passes keep four rules, checked through GraphFacts:
 //   - a node with an effect (it writes an input, draws random numbers, or holds a subgraph that
 //     does either) is never removed, merged, moved or folded: removing a random node would shift
-//     every later draw away from the numbers eager code draws;
+//     every later draw away from the numbers eager code draws; the one exception is `hoist`,
+//     which moves a node that writes memory earlier past nodes that touch none of the memory it
+//     reads or writes (Note [hoisting writes]);
 //   - a value whose memory is written by some node (directly, or through a view of it: `written`)
 //     is never merged with another value nor replaced by another value, and no value is replaced
 //     by one whose memory is written;
