@@ -30,11 +30,21 @@ namespace kiln::graph::passes {
 // statistics exactly as the original did). The reads of v from q on read the copy; a view of v
 // made before the peak keeps v alive still, so such a rewrite lowers nothing and is dropped.
 //
-// A rewrite is kept only when it lowers the peak of the liveness profile (bytes of owned values
-// alive at each node, with the traced sizes standing for symbolic dims), so a graph without a
-// backward pass, or one whose peak no recomputation can lower, is left as it was. Rewrites are
-// greedy, largest value first, until none lowers the peak. The pass runs once, after the
+// A value worth it holds at least 1/kMinShare of the peak, and its copies make at most kMaxCost
+// times its bytes (a batch_norm copied for its [C] statistics would not be). A rewrite is kept
+// only when it lowers the peak of the liveness profile: the bytes of owned values alive at each
+// node, with an elementwise node's output counted in the input it may overwrite (Note [in-place
+// computation], as the memory planner places it) and a symbolic dim counted as kSymbolicSize. So a
+// graph without a backward pass, or one whose peak no recomputation lowers, is left as it was.
+// Rewrites are greedy, largest value first (then the one read soonest after the peak: a later
+// value's copies may read it), until none lowers the peak. The pass runs once, after the
 // fixed-point pipeline: cse would merge the copies back into the originals.
+//
+// Measured (build/release/bench/kiln_memory_plan_bench --only "Adam step", CIFAR ResNet-18, batch
+// 128, Adam): the planned arena of the compiled step went from 607.6 MiB to 410.1 MiB, and with
+// `hoist` (Note [hoisting writes]) to 368.0 MiB (eager's allocator peak: 547.3 MiB); the step's
+// peak RSS (bench/h2h, trainc) from 818.9 to 606.3 MiB, at the same step time and bit for bit the
+// same loss.
 namespace {
 
 constexpr size_t kMaxClosure = 6;  // nodes recomputed for one value
