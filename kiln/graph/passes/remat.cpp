@@ -1,5 +1,6 @@
 // Rematerialization (Note [rematerialization]).
 #include <algorithm>
+#include <functional>
 
 #include "kiln/graph/control_flow_ops.h"
 #include "kiln/graph/passes/pass.h"
@@ -256,16 +257,74 @@ class Liveness {
   int peak_at_ = -1;
 };
 
+// Reschedules the copies (the nodes all of whose outputs are values from `first_copy` on): each
+// runs just before the first node that reads it, the copies it reads before it, the larger of two
+// such chains first (a block's output is recomputed from the previous block's, recomputed too: that
+// chain runs before the batch_norm copy it is added to, so the two are not alive at once). Copies
+// nothing reads any more (a later rewrite's copies took their readers) are dropped. A copy reads
+// only values alive at its rewrite's q and unwritten until then (Note [rematerialization]), and
+// its first reader comes no later than that q, so running it there changes nothing it reads.
+void schedule_copies(Graph& g, int first_copy) {
+  const size_t n = g.nodes.size();
+  std::vector<int> copy_of_value(g.values.size(), -1);  // the copy node making a value
+  std::vector<char> is_copy(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    bool copy = !node.outputs.empty();
+    for (int id : node.outputs) copy = copy && id >= first_copy;
+    if (!copy) continue;
+    is_copy[i] = 1;
+    for (int id : node.outputs) copy_of_value[static_cast<size_t>(id)] = static_cast<int>(i);
+  }
+  // The copies a node reads, and how many copies each one's chain holds (a tree count).
+  auto deps = [&](size_t i) {
+    std::vector<size_t> d;
+    for (int id : g.nodes[i].inputs) {
+      const int c = copy_of_value[static_cast<size_t>(id)];
+      if (c >= 0 && std::find(d.begin(), d.end(), static_cast<size_t>(c)) == d.end())
+        d.push_back(static_cast<size_t>(c));
+    }
+    return d;
+  };
+  std::vector<int> chain(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (is_copy[i]) {
+      chain[i] = 1;
+      for (size_t d : deps(i)) chain[i] += chain[d];
+    }
+  std::vector<char> emitted(n, 0);
+  std::vector<Node> order;
+  order.reserve(n);
+  std::function<void(size_t)> emit_deps = [&](size_t i) {
+    std::vector<size_t> d = deps(i);
+    std::stable_sort(d.begin(), d.end(), [&](size_t a, size_t b) { return chain[a] > chain[b]; });
+    for (size_t c : d) {
+      if (emitted[c]) continue;
+      emitted[c] = 1;
+      emit_deps(c);
+      order.push_back(std::move(g.nodes[c]));
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (is_copy[i]) continue;
+    emit_deps(i);
+    order.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(order);
+}
+
 }  // namespace
 
 bool rematerialize(Graph& g) {
   bool changed = false;
+  const int first_copy = static_cast<int>(g.values.size());
   for (int round = 0; round < kMaxRewrites; ++round) {
     const Liveness live(g);
     bool accepted = false;
     for (const Liveness::Plan& plan : live.plans()) {
       Graph trial = g;
       live.apply(trial, plan);
+      schedule_copies(trial, first_copy);
       if (Liveness(trial).peak() < live.peak()) {
         g = std::move(trial);
         accepted = changed = true;
