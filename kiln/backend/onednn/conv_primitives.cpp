@@ -54,6 +54,31 @@ Operand operand(int arg, const dnnl::memory::desc& plain, const dnnl::memory::de
   return o;
 }
 
+// oneDNN's im2col + GEMM weight gradient on kiln's own layouts (Note [weight-gradient
+// accuracy]), when oneDNN has one for this geometry.
+std::optional<dnnl::convolution_backward_weights::primitive_desc> gemm_weight_gradient(
+    const ConvDescs& plain, const dnnl::primitive_attr& attr) {
+  const auto alg = dnnl::algorithm::convolution_direct;
+  dnnl::engine& eng = dnnl_engine();
+  try {
+    const dnnl::convolution_forward::primitive_desc hint(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, plain.src,
+                                        plain.wei, plain.dst, plain.strides, plain.dilates,
+                                        plain.pad_l, plain.pad_r),
+        attr, eng);
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        dnnl::convolution_backward_weights::desc(alg, plain.src, plain.wei, plain.dst,
+                                                 plain.strides, plain.dilates, plain.pad_l,
+                                                 plain.pad_r),
+        attr, eng, hint);
+    do {
+      if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) return pd;
+    } while (pd.next_impl());
+  } catch (const dnnl::error&) {
+  }
+  return std::nullopt;
+}
+
 ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts) {
   const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts);
   const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
@@ -115,6 +140,9 @@ ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, Activatio
         dnnl::convolution_backward_weights::desc(alg, d.src, d.wei, d.dst, d.strides, d.dilates,
                                                  d.pad_l, d.pad_r),
         attr, eng, fwd);
+    if (std::string(pd.impl_info_str()) == "jit:avx2") {
+      if (auto gemm = gemm_weight_gradient(plain, attr)) pd = *gemm;
+    }
     e.primitive = dnnl::convolution_backward_weights(pd);
     e.scratch = pd.scratchpad_desc();
     e.a = operand(DNNL_ARG_SRC, plain.src, pd.src_desc(), false);

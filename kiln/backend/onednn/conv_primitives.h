@@ -27,6 +27,15 @@ namespace detail {
 // as one dot product. oneDNN's weight gradient may split the batch between threads and add the
 // partial sums, so its last bits can depend on the thread count (float32 only; the float64 loops
 // never do).
+// Note [weight-gradient accuracy]: on CPUs without AVX-512, oneDNN 2.6's direct weight-gradient
+// kernel (jit:avx2) sums its float32 products in an order that loses ~10x more than its others:
+// against a float64 reference, 2.4e-6 of the largest gradient (small CNN's first convolution,
+// batch 32, 28x28) and 2.0e-6 (32 -> 64 channels, 14x14), where the im2col + GEMM implementation
+// gives 3.9e-7 and 2.0e-7 and the AVX-512 kernels ~3e-7 (the AVX kernels, ONEDNN_MAX_CPU_ISA=AVX:
+// 2.7e-7). Twenty steps of SGD amplify that to a 1.6e-4 relative difference from PyTorch's float64
+// loss (tests/parity/test_e2e_parity.cpp asks for 1e-4). So where oneDNN picks jit:avx2 for a
+// weight gradient, kiln takes its GEMM implementation on plain layouts instead (slower for
+// large layers: 141 vs 95 ms for ResNet-18's 64 -> 64 channels at 32x32, batch 128).
 // Note [conv inference kind]: oneDNN 2.6 answers prop_kind forward_inference with its brgemm
 // kernels and forward_training with its direct jit kernels (same math, different blocking).
 // Measured on ResNet-18 without grad, 2 threads (kiln_profile --workload resnet18-infer): batch 1
