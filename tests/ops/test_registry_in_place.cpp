@@ -30,17 +30,10 @@ TEST(RegistryInPlace, EveryOverwritingKernelGivesTheOutOfPlaceResult) {
   std::map<std::string, int> checked;  // op -> calls checked in place
   std::set<std::string> declaring;
   for (const test::RegistryCase& c : test::registry_cases()) {
-    test::OpRecorder recorder(/*copy_values=*/true, /*skip_traces=*/true);
-    {
-      DispatchModeGuard guard(std::shared_ptr<DispatchMode>(&recorder, [](DispatchMode*) {}));
-      NoGradGuard no_grad;
-      try {
-        c.sample.fn(c.sample.inputs);
-      } catch (const Error&) {
-        continue;  // a sample of an error path
-      }
-    }
-    for (const test::RecordedCall& call : recorder.calls) {
+    std::vector<test::RecordedCall> calls;
+    if (!test::record_calls([&] { c.sample.fn(c.sample.inputs); }, calls))
+      continue;  // a sample of an error path
+    for (const test::RecordedCall& call : calls) {
       const uint64_t mask = call.op->may_overwrite();
       if (mask == 0 || call.outputs.size() != 1 || !call.outputs[0].defined()) continue;
       declaring.insert(call.op->name());

@@ -19,17 +19,10 @@ namespace {
 TEST(RegistryMemoryBound, EveryMemoryBoundOpIsPureAndRecomputesItsBits) {
   std::set<std::string> checked;
   for (const test::RegistryCase& c : test::registry_cases()) {
-    test::OpRecorder recorder(/*copy_values=*/true, /*skip_traces=*/true);
-    {
-      DispatchModeGuard guard(std::shared_ptr<DispatchMode>(&recorder, [](DispatchMode*) {}));
-      NoGradGuard no_grad;
-      try {
-        c.sample.fn(c.sample.inputs);
-      } catch (const Error&) {
-        continue;  // a sample of an error path
-      }
-    }
-    for (const test::RecordedCall& call : recorder.calls) {
+    std::vector<test::RecordedCall> calls;
+    if (!test::record_calls([&] { c.sample.fn(c.sample.inputs); }, calls))
+      continue;  // a sample of an error path
+    for (const test::RecordedCall& call : calls) {
       if (!call.op->memory_bound()) continue;
       SCOPED_TRACE(c.op + "/" + c.sample.label + ": " + call.op->name());
       EXPECT_EQ(call.op->mutates(), 0u);

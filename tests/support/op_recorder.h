@@ -52,6 +52,24 @@ class OpRecorder final : public DispatchMode {
   bool skip_traces_;
 };
 
+// The op calls a sample function makes with grad mode off, values copied (eager calls only, not a
+// tracer's); false when the sample throws a kiln::Error (a sample of an error path).
+template <class Fn>
+bool record_calls(Fn&& sample, std::vector<RecordedCall>& calls) {
+  OpRecorder recorder(/*copy_values=*/true, /*skip_traces=*/true);
+  {
+    DispatchModeGuard guard(std::shared_ptr<DispatchMode>(&recorder, [](DispatchMode*) {}));
+    NoGradGuard no_grad;
+    try {
+      sample();
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  calls = std::move(recorder.calls);
+  return true;
+}
+
 // Sets grad mode for its lifetime (a recorded call replays under the mode it ran in).
 class GradModeScope {
  public:
