@@ -64,7 +64,12 @@ class Conv2dBackwardInputOp final : public Op {
       detail::fail_kernel_fit(name(), a_.input_size.h, a_.input_size.w, w.size(2), w.size(3),
                               a_.options, operands, loc);
     check_grad_size(name(), grad, *g, "weight " + short_desc(w), loc);
-    return {{xs, grad.dtype(), grad.device()}};
+    // A channels-last float32 grad runs oneDNN's NHWC kernel, which writes the input's gradient
+    // channels-last too (Note [channels-last training] in kiln/backend/onednn/conv_primitives.h).
+    const bool last =
+        grad.dim() == 4 && grad.dtype() == DType::Float32 && grad.is_channels_last();
+    return {{xs, grad.dtype(), grad.device(),
+             last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous}};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>&) const override {

@@ -17,7 +17,8 @@ ConvPlanner& planner() {
 
 bool register_conv_planner(const ConvPlanner& p) {
   ConvPlanner& current = planner();
-  KILN_INTERNAL_ASSERT(current.output_format == nullptr && current.fusable_epilogue == nullptr,
+  KILN_INTERNAL_ASSERT(current.output_format == nullptr && current.fusable_epilogue == nullptr &&
+                           current.prefers_channels_last_training == nullptr,
                        "two convolution planners registered");
   current = p;
   return true;
@@ -35,6 +36,12 @@ ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor&
   const ConvPlanner& planner_ = planner();
   return planner_.fusable_epilogue != nullptr ? planner_.fusable_epilogue(g, p, x, ep)
                                               : ConvEpilogue{};
+}
+
+bool conv_prefers_channels_last_training() {
+  const ConvPlanner& planner_ = planner();
+  return planner_.prefers_channels_last_training != nullptr &&
+         planner_.prefers_channels_last_training();
 }
 
 Shape conv_backward_input_shape(const Tensor& grad, const Shape& w, int64_t groups, Size2 size) {

@@ -47,6 +47,9 @@ struct ConvPlanner {
   // composition.
   ConvEpilogue (*fusable_epilogue)(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
                                    const ConvEpilogue& ep) = nullptr;
+  // Whether training convolutions run faster on channels-last activations than on NCHW ones on
+  // this CPU (Note [channels-last training] in kiln/backend/onednn/conv_primitives.h).
+  bool (*prefers_channels_last_training)() = nullptr;
 };
 // At load time, from a backend file; a second planner is an internal error.
 bool register_conv_planner(const ConvPlanner& planner);
@@ -56,6 +59,7 @@ MemoryFormat conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tenso
                                 bool with_bias, const ConvEpilogue* ep = nullptr);
 ConvEpilogue fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
                               const ConvEpilogue& ep);
+bool conv_prefers_channels_last_training();
 
 // Multiply-adds x2 of a convolution whose output (or output gradient) is `activation` and whose
 // weight (or weight gradient) is `weight` [O, C/groups, kH, kW]: the forward and both backwards

@@ -57,7 +57,11 @@ class NormOp final : public Op {
         fail(name(), loc, "expected {} of shape {} and dtype {} (for input {}), but got {}", what,
              shape_str(pshape), dtype_name(x.dtype()), x.describe(), in[i].describe());
     }
-    return {{x.shape(), x.dtype(), x.device()},
+    // batch_norm keeps a channels-last float32 input's layout (Note [channels-last training]
+    // in kiln/backend/onednn/conv_primitives.h); the kernel reads it as rows of channels.
+    const bool last = a_.kind == NormKind::kBatch && detail::batch_norm_keeps_channels_last(x);
+    return {{x.shape(), x.dtype(), x.device(),
+             last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous},
             {g.stat_shape, x.dtype(), x.device()},
             {g.stat_shape, x.dtype(), x.device()}};
   }
@@ -136,6 +140,10 @@ KILN_REGISTER_OP("group_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output
                  make_norm<NormKind::kGroup>);
 
 }  // namespace
+
+bool detail::batch_norm_keeps_channels_last(const Tensor& x) {
+  return x.dim() == 4 && x.dtype() == DType::Float32 && x.is_channels_last();
+}
 
 const detail::NormAttrs& detail::norm_attrs(const Op& op) {
   const auto* n = dynamic_cast<const NormOp*>(&op);

@@ -48,7 +48,10 @@ class BatchNormBackwardOp final : public Op {
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
              what[i - 2], x.size(1), dtype_name(x.dtype()), x.describe(), in[i].describe());
     const TensorMeta param{c, x.dtype(), x.device()};
-    return {{x.shape(), x.dtype(), x.device()}, param, param};
+    const bool last = detail::batch_norm_keeps_channels_last(x);
+    return {{x.shape(), x.dtype(), x.device(),
+             last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous},
+            param, param};
   }
 
   std::vector<Tensor> vjp(const VjpContext&) const override {

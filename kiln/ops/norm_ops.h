@@ -29,6 +29,10 @@ struct NormGeom {
 
 NormGeom make_norm_geom(NormKind kind, const Shape& x, int64_t groups_or_k);
 
+// batch_norm and its gradient keep x's layout when x is a channels-last float32 [N, C, H, W]
+// (the CPU kernels read it as rows of C channels); every other input gives contiguous outputs.
+bool batch_norm_keeps_channels_last(const Tensor& x);
+
 // The attributes of batch_norm / layer_norm / group_norm (NormOp in norm.cpp).
 struct NormAttrs {
   NormKind kind = NormKind::kBatch;

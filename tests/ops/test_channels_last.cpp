@@ -5,9 +5,12 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
+#include "kiln/core/parallel.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/op_factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 #include "kiln/ops/unary.h"
@@ -175,6 +178,91 @@ TEST(ChannelsLast, HalfPrecisionConvolutionKeepsTheLayoutChoice) {
   Tensor last = conv2d(contiguous(x, kLast), w);
   EXPECT_EQ(last.dtype(), DType::BFloat16);
   expect_identical(last, plain);
+}
+
+// Note [channels-last training]: a recorded convolution on a channels-last float32 input runs the
+// NHWC kernel and writes channels-last; batch norm, relu and add keep the layout, and so do the
+// gradients flowing back, all with the values of the NCHW chain.
+TEST(ChannelsLast, TrainingChainKeepsTheLayoutForwardAndBackward) {
+  manual_seed(7);
+  Conv2dOptions o;
+  o.padding = Padding(1);
+  Tensor w1 = mul(randn({16, 8, 3, 3}), 0.2), w2 = mul(randn({16, 16, 3, 3}), 0.1);
+  Tensor g = add(randn({16}), 1.0), b = randn({16});
+  for (Tensor* p : {&w1, &w2, &g, &b}) p->set_requires_grad(true);
+  Tensor x = randn({4, 8, 10, 10});
+  const auto chain = [&](const Tensor& in, bool check) {
+    Tensor y1 = conv2d(in, w1, Tensor(), o);
+    Tensor h = relu(batch_norm(y1, Tensor(), Tensor(), g, b, true));
+    Tensor y2 = add(conv2d(h, w2, Tensor(), o), h);
+    if (check) {
+      EXPECT_TRUE(y1.is_channels_last());
+      EXPECT_TRUE(h.is_channels_last());
+      EXPECT_TRUE(y2.is_channels_last());
+    }
+    return y2;
+  };
+  Tensor seed = randn({4, 16, 10, 10});
+  Tensor want = chain(x, false);
+  std::vector<Tensor> want_g = grad({want}, {w1, w2, g, b}, {seed});
+  Tensor xl = contiguous(x, kLast);
+  xl.set_requires_grad(true);
+  Tensor got = chain(xl, true);
+  expect_allclose(got, want, 1e-5);
+  // A seed in the other layout (what a pooling's gradient gives) is laid out like x once.
+  for (const Tensor& s : {contiguous(seed, kLast), seed}) {
+    std::vector<Tensor> got_g = grad({chain(xl, false)}, {w1, w2, g, b, xl}, {s});
+    EXPECT_TRUE(got_g[4].is_channels_last());
+    for (size_t i = 0; i < 4; ++i) expect_allclose(got_g[i], want_g[i], 1e-4);
+  }
+}
+
+// batch_norm's three outputs: y, the batch mean and the biased variance.
+std::vector<Tensor> batch_norm_stats(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return dispatch(make_op("batch_norm", {{"eps", 1e-5}, {"has_weight", true}, {"has_bias", true}}),
+                  {x, w, b}, Loc::current());
+}
+
+TEST(ChannelsLast, BatchNormMatchesTheNchwKernelAndIgnoresThreads) {
+  for (int64_t c : {1, 3, 8, 19, 64}) {
+    SCOPED_TRACE("channels " + std::to_string(c));
+    manual_seed(8);
+    // More rows than one block of the kernel (Note [channels-last batch norm]).
+    Tensor x = add(mul(randn({3, c, 13, 11}), 3.0), 2.0), w = randn({c}), b = randn({c});
+    Tensor xl = contiguous(x, kLast);
+    std::vector<Tensor> want = batch_norm_stats(x, w, b);
+    std::vector<Tensor> got = batch_norm_stats(xl, w, b);
+    EXPECT_EQ(got[0].is_channels_last(), c > 1);
+    expect_allclose(got[0], want[0], 1e-6);
+    expect_allclose(got[1], want[1], 1e-6);
+    expect_allclose(got[2], want[2], 1e-6);
+    // The gradient, with and without a weight and with gradients reaching the statistics.
+    Tensor gy = randn({3, c, 13, 11}), gm = randn({c}), gv = randn({c});
+    for (bool with_weight : {true, false}) {
+      for (bool stat_grads : {false, true}) {
+        const Tensor wt = with_weight ? w : Tensor();
+        const Tensor sgm = stat_grads ? gm : Tensor(), sgv = stat_grads ? gv : Tensor();
+        std::vector<Tensor> gw = batch_norm_backward(gy, x, want[1], want[2], wt, 1e-5, sgm, sgv);
+        std::vector<Tensor> gl = batch_norm_backward(contiguous(gy, kLast), xl, want[1], want[2],
+                                                     wt, 1e-5, sgm, sgv);
+        EXPECT_EQ(gl[0].is_channels_last(), c > 1);
+        for (size_t i = 0; i < 3; ++i) expect_allclose(gl[i], gw[i], 1e-5);
+      }
+    }
+    // Thread count never changes a bit.
+    const int threads = get_num_threads();
+    set_num_threads(1);
+    std::vector<Tensor> one = batch_norm_stats(xl, w, b);
+    std::vector<Tensor> g1 = batch_norm_backward(gy, xl, one[1], one[2], w);
+    set_num_threads(std::max(2, threads));
+    std::vector<Tensor> two = batch_norm_stats(xl, w, b);
+    std::vector<Tensor> g2 = batch_norm_backward(gy, xl, two[1], two[2], w);
+    set_num_threads(threads);
+    for (size_t i = 0; i < 3; ++i) {
+      expect_identical(one[i], two[i]);
+      expect_identical(g1[i], g2[i]);
+    }
+  }
 }
 
 }  // namespace

@@ -46,5 +46,18 @@ void batch_norm_backward_kernel(const BatchGeom& g, double eps, const Tensor& gr
                                 const Tensor& grad_var, const Tensor& grad_input,
                                 const Tensor& grad_weight, const Tensor& grad_bias);
 
+// batch_norm and its gradient on channels-last float32 tensors (norm_kernels_last.cpp, Note
+// [channels-last batch norm]): `rows` = N*H*W rows of `channels` elements; grad_out, x and
+// grad_input channels-last, the per-channel tensors contiguous, as above otherwise.
+void batch_norm_forward_last_kernel(int64_t rows, int64_t channels, double eps, const Tensor& x,
+                                    const Tensor& weight, const Tensor& bias, const Tensor& y,
+                                    const Tensor& mean, const Tensor& var);
+void batch_norm_backward_last_kernel(int64_t rows, int64_t channels, double eps,
+                                     const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                     const Tensor& var, const Tensor& weight,
+                                     const Tensor& grad_mean, const Tensor& grad_var,
+                                     const Tensor& grad_input, const Tensor& grad_weight,
+                                     const Tensor& grad_bias);
+
 }  // namespace detail
 }  // namespace kiln

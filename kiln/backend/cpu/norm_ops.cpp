@@ -23,6 +23,16 @@ std::vector<Tensor> contiguous_all(const std::vector<Tensor>& in) {
 // Outputs: y, and the mean and biased variance of every statistic.
 void norm_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const detail::NormAttrs& a = detail::norm_attrs(op);
+  if (a.kind == detail::NormKind::kBatch && out[0].is_channels_last()) {
+    // infer made y channels-last only for a channels-last float32 x.
+    NoGradGuard no_grad;
+    const Tensor& x = in[0];
+    const Tensor weight = a.has_weight ? contiguous(in[1]) : Tensor();
+    const Tensor bias = a.has_bias ? contiguous(in.back()) : Tensor();
+    detail::batch_norm_forward_last_kernel(x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, x, weight,
+                                           bias, out[0], out[1], out[2]);
+    return;
+  }
   const std::vector<Tensor> c = contiguous_all(in);
   const detail::NormGeom g = detail::make_norm_geom(a.kind, c[0].shape(), a.groups_or_k);
   const Tensor weight = a.has_weight ? c[1] : Tensor();
@@ -56,11 +66,24 @@ void channel_affine_kernel(const Op&, const std::vector<Tensor>& in,
 void batch_norm_backward_kernel(const Op& op, const std::vector<Tensor>& in,
                                 const std::vector<Tensor>& out) {
   const detail::BatchNormBackwardAttrs& a = detail::batch_norm_backward_attrs(op);
+  const size_t s = a.has_weight ? 5 : 4;
+  if (out[0].is_channels_last()) {
+    // infer made grad_input channels-last only for a channels-last float32 x; a grad_out in
+    // another layout (the first gradient after a pooling, say) is laid out like x once here.
+    NoGradGuard no_grad;
+    std::vector<Tensor> c{contiguous(in[0], MemoryFormat::kChannelsLast), in[1]};
+    for (size_t i = 2; i < in.size(); ++i) c.push_back(contiguous(in[i]));
+    const Tensor& x = in[1];
+    detail::batch_norm_backward_last_kernel(
+        x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, c[0], x, c[2], c[3],
+        a.has_weight ? c[4] : Tensor(), a.has_stat_grads ? c[s] : Tensor(),
+        a.has_stat_grads ? c[s + 1] : Tensor(), out[0], out[1], out[2]);
+    return;
+  }
   const std::vector<Tensor> c = contiguous_all(in);
   const Tensor& x = c[1];
   const int64_t rows = x.size(0) * x.size(1);  // 0 for an empty batch
   const detail::BatchGeom geom{x.size(0), x.size(1), rows == 0 ? 0 : x.numel() / rows};
-  const size_t s = a.has_weight ? 5 : 4;
   detail::batch_norm_backward_kernel(
       geom, a.eps, c[0], x, c[2], c[3], a.has_weight ? c[4] : Tensor(),
       a.has_stat_grads ? c[s] : Tensor(), a.has_stat_grads ? c[s + 1] : Tensor(), out[0], out[1],

@@ -72,6 +72,8 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     }
   }
   const bool forward = is_forward(pass);
+  // Note [channels-last training]: the activation the pass reads decides.
+  layouts.nhwc_kernel = a32.is_channels_last() && !(forward && p.inference());
   if (forward) pass = forward_pass(g, p, bias != nullptr, layouts);
   const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts);
   const ConvEntry& e = *entry;
@@ -193,6 +195,10 @@ bool trivial(const Tensor& out, int64_t reduced) {
 
 MemoryFormat onednn_conv_output_format(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
                                        bool with_bias, const ConvEpilogue* ep) {
+  // A training forward on channels-last float32 runs the NHWC kernel (Note [channels-last
+  // training]).
+  if (!p.inference() && x.dim() == 4 && x.dtype() == DType::Float32 && x.is_channels_last())
+    return MemoryFormat::kChannelsLast;
   // Channels-last outputs are limited to the single-image inference pass, whose brgemm kernels
   // choose NHWC; training's direct kernels choose blocked layouts, which strides cannot express.
   if (x.dim() != 4 || x.dtype() != DType::Float32 || direct_pass(g, p) != Pass::kInference ||

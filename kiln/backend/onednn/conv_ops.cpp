@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/backend/onednn/conv_kernels.h"
+#include "kiln/backend/onednn/conv_primitives.h"
 #include "kiln/ops/conv_ops.h"
 #include "kiln/ops/kernel_table.h"
 
@@ -64,7 +65,8 @@ KILN_REGISTER_KERNEL("conv2d_backward_input", DeviceType::CPU, conv2d_backward_i
 KILN_REGISTER_KERNEL("conv2d_backward_weight", DeviceType::CPU, conv2d_backward_weight_kernel);
 
 const bool planner_registered = detail::register_conv_planner(
-    {&detail::onednn_conv_output_format, &detail::onednn_fusable_epilogue});
+    {&detail::onednn_conv_output_format, &detail::onednn_fusable_epilogue,
+     &detail::prefer_channels_last_training});
 
 }  // namespace
 

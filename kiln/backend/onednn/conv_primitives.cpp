@@ -3,6 +3,7 @@
 // an op's policy.
 #include "kiln/backend/onednn/conv_primitives.h"
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -21,7 +22,10 @@ struct ConvDescs {
 ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l = {}) {
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
-  const auto plain = [&](bool nhwc) { return any ? tag::any : nhwc ? tag::nhwc : tag::nchw; };
+  const auto plain = [&](bool nhwc) {
+    if (any) return l.nhwc_kernel ? tag::nhwc : tag::any;
+    return nhwc ? tag::nhwc : tag::nchw;
+  };
   ConvDescs d;
   d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, plain(l.src_nhwc));
   d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, plain(l.dst_nhwc));
@@ -81,7 +85,7 @@ std::optional<dnnl::convolution_backward_weights::primitive_desc> gemm_weight_gr
 
 ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts) {
   const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts);
-  const ConvDescs d = conv_descs(g, with_bias, /*any=*/true);
+  const ConvDescs d = conv_descs(g, with_bias, /*any=*/true, {.nhwc_kernel = layouts.nhwc_kernel});
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
   dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -194,6 +198,25 @@ std::shared_ptr<const ConvEntry> conv_entry(Pass pass, const ConvGeometry& g, bo
 
 Pass direct_pass(const ConvGeometry& g, ConvPolicy p) {
   return p.inference() && g.n == 1 ? Pass::kInference : Pass::kForward;
+}
+
+bool prefer_channels_last_training() {
+  // Read on every call, so that a test can force either answer on any CPU.
+  if (const char* env = std::getenv("KILN_CHANNELS_LAST_TRAINING"); env && *env)
+    return std::string(env) != "0";
+  static const bool prefer = [] {
+    // A ResNet stage's shape: what oneDNN runs there decides.
+    const ConvGeometry g{.n = 32, .c = 64, .h = 32, .w = 32, .o = 64, .kh = 3, .kw = 3, .oh = 32,
+                         .ow = 32, .pt = 1, .pb = 1, .pl = 1, .pr = 1};
+    try {
+      const std::string impl =
+          conv_entry(Pass::kForward, g, false, {true, true, false, false, true})->implementation;
+      return impl.starts_with("brg");
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return prefer;
 }
 
 Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l) {

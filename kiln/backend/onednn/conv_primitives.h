@@ -59,6 +59,20 @@ namespace detail {
 // in every case, kDirect in none. The Winograd primitive is created for forward_inference in both
 // purposes: a convolution's forward keeps no state for its backward (no workspace), so the prop
 // kind only selects kernels.
+//
+// Note [channels-last training]: the training passes (the forward of a recorded convolution and
+// both gradients) take oneDNN's `any` layouts only while kiln's activations are NCHW. When the
+// activation a pass reads (the input, or the output gradient of the data gradient) is
+// channels-last, the primitive is created for NHWC activations instead (weights still `any`):
+// the output is then channels-last too, and a chain of convolutions, batch norms and elementwise
+// ops runs with no activation reorder at all, as PyTorch's channels_last does. On AVX-512 oneDNN
+// 2.6 answers NHWC with its brgemm forward (brgconv) and jit backward kernels, which measured as
+// fast as or faster than the blocked ones (ResNet-18 CIFAR shapes, batch 128: 587 vs 634 ms summed
+// over 5 shapes x 3 passes); on AVX2 NHWC is slower (jit:avx2 both ways, 13.7 vs 12.1 s), which
+// is why nothing switches layouts behind the user's back: an eager user asks for it with a
+// channels-last input, and the graph pass `layout` does it where prefer_channels_last_training()
+// says the CPU gains (kiln/graph/passes/layout.cpp). Inference passes keep their own choice
+// (Note [conv inference kind], Note [conv winograd]).
 enum class Pass { kForward, kInference, kWinograd, kBackwardData, kBackwardWeights };
 
 bool is_forward(Pass p);
@@ -66,12 +80,15 @@ bool is_forward(Pass p);
 // What shapes a primitive beyond the geometry: which activations (the input-shaped one and the
 // output-shaped one, whatever the pass) kiln holds channels-last (Note [channels-last]) rather
 // than contiguous, and the forward's fused epilogue (Note [conv epilogue]).
+// `nhwc_kernel`: the primitive itself is created for NHWC activations instead of letting oneDNN
+// choose (Note [channels-last training]).
 struct ActivationLayouts {
   bool src_nhwc = false, dst_nhwc = false;
   bool sum = false, relu = false;
+  bool nhwc_kernel = false;
   char key() const {
     return static_cast<char>('0' + (src_nhwc ? 1 : 0) + (dst_nhwc ? 2 : 0) + (sum ? 4 : 0) +
-                             (relu ? 8 : 0));
+                             (relu ? 8 : 0) + (nhwc_kernel ? 16 : 0));
   }
 };
 
@@ -105,6 +122,11 @@ Tensor scratch(const dnnl::memory::desc& desc);
 
 // The direct forward pass of policy p (Note [conv inference kind]).
 Pass direct_pass(const ConvGeometry& g, ConvPolicy p);
+
+// Whether oneDNN's training kernels for NHWC activations are its brgemm ones on this CPU (AVX-512),
+// where channels-last training pays (Note [channels-last training]). oneDNN is asked once; the
+// environment variable KILN_CHANNELS_LAST_TRAINING=0 or 1, read on every call, overrides it.
+bool prefer_channels_last_training();
 
 // The forward pass that runs for policy p, with a bias or not, on operands in layouts l: the
 // requested one, except that a Winograd request oneDNN has no kernel for runs the direct pass of

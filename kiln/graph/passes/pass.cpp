@@ -35,6 +35,7 @@ const std::vector<PassEntry>& pipeline() {
 // merges the recomputed copies back into the originals).
 const std::vector<PassEntry>& finishing() {
   static const std::vector<PassEntry> passes = {
+      {"layout", [](Graph& g, const OptimizeOptions&) { return passes::assign_layouts(g); }},
       {"hoist", [](Graph& g, const OptimizeOptions&) { return passes::hoist_writes(g); }},
       {"remat", [](Graph& g, const OptimizeOptions&) { return passes::rematerialize(g); }},
   };

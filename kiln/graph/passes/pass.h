@@ -36,6 +36,10 @@ namespace kiln::graph {
 //              elementwise tile, Note [elementwise tiles]) becomes one fused_elementwise node
 //              that reads its inputs once and writes its outputs once, bit for bit the chain's
 // and then, once, after the rounds:
+//   layout     a float32 image input that a training convolution reads is laid out
+//              channels-last once, at the graph's edge, where the CPU's convolutions are faster
+//              on NHWC (AVX-512), so the convolutions, batch norms and elementwise ops between run
+//              without reorders (Note [layout pass]); not bit for bit (~1e-7 relative)
 //   hoist      a node that writes memory (an optimizer update) moves up to just after the last
 //              node it depends on, so that a training step's gradients die as soon as they are
 //              applied (Note [hoisting writes]); bit for bit
@@ -47,7 +51,7 @@ namespace kiln::graph {
 // KILN_GRAPH_SKIP_PASSES=cse,fold) to bisect a wrong result; an unknown name is an error listing
 // the passes. The result is validated, and outputs stay exactly what the unoptimized graph
 // computes (bit for bit: every rewrite runs the same kernels on the same values, or none), but
-// for conv_bn's folding and linear's post-ops in a frozen graph.
+// for conv_bn's folding and linear's post-ops in a frozen graph and layout's kernels.
 struct OptimizeOptions {
   bool freeze = false;
   std::vector<std::string> skip = {};
@@ -85,6 +89,7 @@ bool fuse_linear(Graph& g, bool freeze);
 bool fold_constants(Graph& g, bool freeze);
 bool eliminate_dead_code(Graph& g);
 bool fuse_elementwise(Graph& g);
+bool assign_layouts(Graph& g);
 bool hoist_writes(Graph& g);
 bool rematerialize(Graph& g);
 }  // namespace passes
