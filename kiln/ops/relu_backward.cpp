@@ -4,7 +4,6 @@
 // 0 gives 0, and a NaN x passes grad through (NaN <= 0 is false). The kernel is in
 // kiln/backend/cpu/relu_backward.cpp (Note [kernel table]).
 #include "kiln/ops/dispatcher.h"
-#include "kiln/ops/elementwise_layout.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/op_factory.h"
 #include "kiln/ops/unary.h"
@@ -24,8 +23,12 @@ class ReluBackwardOp final : public Op {
     if (x.shape() != g.shape() || x.dtype() != g.dtype() || x.device() != g.device())
       fail(name(), loc, "expected input of the grad's shape, dtype and device ({}), but got {}",
            g.describe(), x.describe());
-    // Channels-last when both are (Note [channels-last]), like the elementwise ops.
-    return {{g.shape(), g.dtype(), g.device(), elementwise_format({g, x}, g.shape())}};
+    // The gradient of x has x's layout (Note [channels-last]): a gradient arriving in the other
+    // layout (a pooling's, at a channels-last chain's end) is laid out like x here, once, rather
+    // than making every gradient of the residual stream behind it NCHW, each added to a
+    // channels-last one in a mixed-layout add.
+    return {{g.shape(), g.dtype(), g.device(),
+             x.is_channels_last() ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous}};
   }
   uint64_t may_overwrite() const override { return 3; }  // Note [in-place computation]
 
