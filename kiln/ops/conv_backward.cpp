@@ -66,8 +66,7 @@ class Conv2dBackwardInputOp final : public Op {
     check_grad_size(name(), grad, *g, "weight " + short_desc(w), loc);
     // A channels-last float32 grad runs oneDNN's NHWC kernel, which writes the input's gradient
     // channels-last too (Note [channels-last training] in kiln/backend/onednn/conv_primitives.h).
-    const bool last =
-        grad.dim() == 4 && grad.dtype() == DType::Float32 && grad.is_channels_last();
+    const bool last = grad.dim() == 4 && grad.dtype() == DType::Float32 && grad.is_channels_last();
     return {{xs, grad.dtype(), grad.device(),
              last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous}};
   }

@@ -51,7 +51,8 @@ class BatchNormBackwardOp final : public Op {
     const bool last = detail::batch_norm_keeps_channels_last(x);
     return {{x.shape(), x.dtype(), x.device(),
              last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous},
-            param, param};
+            param,
+            param};
   }
 
   std::vector<Tensor> vjp(const VjpContext&) const override {

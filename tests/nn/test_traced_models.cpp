@@ -3,6 +3,8 @@
 // part of the cache key.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "kiln/kiln.h"
 #include "tests/support/test_util.h"
 
@@ -84,10 +86,14 @@ TEST(TracedModels, EveryZooModelTracedInEvalModeEqualsEager) {
 }
 
 // Training mode: the same dropout masks (same seed), running statistics, counters and
-// gradients as eager, for two steps at two batch sizes.
+// gradients as eager, for two steps at two batch sizes. The layout pass (Note [layout pass]),
+// forced on, lays an image input with several channels out channels-last inside the graph; eager
+// is then given the same layout, which it follows with the same kernels.
 TEST(TracedModels, EveryZooModelTracedInTrainingModeEqualsEagerWithGradients) {
+  setenv("KILN_CHANNELS_LAST_TRAINING", "1", 1);
   for (const Zoo& z : zoo()) {
     SCOPED_TRACE(z.name);
+    const bool image = z.input.size() == 4 && z.input[1] > 1;
     auto [traced, eager] = twins(z);
     graph::Function f = function(traced, {z.spec});
     for (int64_t batch : {3, 2}) {
@@ -95,7 +101,7 @@ TEST(TracedModels, EveryZooModelTracedInTrainingModeEqualsEagerWithGradients) {
       s[0] = batch;
       Tensor x = randn(s);
       manual_seed(100 + batch);
-      Tensor ye = (*eager)(x);
+      Tensor ye = (*eager)(image ? contiguous(x, MemoryFormat::kChannelsLast) : x);
       manual_seed(100 + batch);
       Tensor yg = f({x})[0];
       test::expect_bit_identical(yg, ye);
@@ -113,6 +119,7 @@ TEST(TracedModels, EveryZooModelTracedInTrainingModeEqualsEagerWithGradients) {
     }
     EXPECT_EQ(f.stats().traces, 1);
   }
+  unsetenv("KILN_CHANNELS_LAST_TRAINING");
 }
 
 TEST(TracedModels, SwitchingTheModelToEvalRetracesAndSaysWhy) {

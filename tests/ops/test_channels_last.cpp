@@ -4,8 +4,8 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/core/grad_mode.h"
-#include "kiln/ops/binary.h"
 #include "kiln/core/parallel.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
@@ -243,8 +243,8 @@ TEST(ChannelsLast, BatchNormMatchesTheNchwKernelAndIgnoresThreads) {
         const Tensor wt = with_weight ? w : Tensor();
         const Tensor sgm = stat_grads ? gm : Tensor(), sgv = stat_grads ? gv : Tensor();
         std::vector<Tensor> gw = batch_norm_backward(gy, x, want[1], want[2], wt, 1e-5, sgm, sgv);
-        std::vector<Tensor> gl = batch_norm_backward(contiguous(gy, kLast), xl, want[1], want[2],
-                                                     wt, 1e-5, sgm, sgv);
+        std::vector<Tensor> gl =
+            batch_norm_backward(contiguous(gy, kLast), xl, want[1], want[2], wt, 1e-5, sgm, sgv);
         EXPECT_EQ(gl[0].is_channels_last(), c > 1);
         for (size_t i = 0; i < 3; ++i) expect_allclose(gl[i], gw[i], 1e-5);
       }

@@ -60,8 +60,8 @@ void add_sq_dev_row(const float* x, int64_t channels, const double* mean, double
 }
 
 // sg[c] += g[c] and sgd[c] += g[c] * (x[c] - mean[c]) over one row.
-void add_grad_row(const float* g, const float* x, int64_t channels, const double* mean,
-                  double* sg, double* sgd) {
+void add_grad_row(const float* g, const float* x, int64_t channels, const double* mean, double* sg,
+                  double* sgd) {
   int64_t c = 0;
   for (; c + 8 <= channels; c += 8) {
     const __m256 gv = _mm256_loadu_ps(g + c), xv = _mm256_loadu_ps(x + c);
@@ -142,8 +142,9 @@ void batch_norm_forward_last_kernel(int64_t rows, int64_t channels, double eps, 
                                     const Tensor& mean, const Tensor& var) {
   const float* px = f32(x);
   const double count = static_cast<double>(rows);
-  std::vector<double> m = channel_sums(
-      rows, channels, 1, [&](int64_t r, double* acc) { add_row(px + r * channels, channels, acc); });
+  std::vector<double> m = channel_sums(rows, channels, 1, [&](int64_t r, double* acc) {
+    add_row(px + r * channels, channels, acc);
+  });
   for (double& v : m) v /= count;
   const std::vector<double> ss = channel_sums(rows, channels, 1, [&](int64_t r, double* acc) {
     add_sq_dev_row(px + r * channels, channels, m.data(), acc);

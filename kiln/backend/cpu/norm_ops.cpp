@@ -29,8 +29,8 @@ void norm_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<
     const Tensor& x = in[0];
     const Tensor weight = a.has_weight ? contiguous(in[1]) : Tensor();
     const Tensor bias = a.has_bias ? contiguous(in.back()) : Tensor();
-    detail::batch_norm_forward_last_kernel(x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, x, weight,
-                                           bias, out[0], out[1], out[2]);
+    detail::batch_norm_forward_last_kernel(x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, x,
+                                           weight, bias, out[0], out[1], out[2]);
     return;
   }
   const std::vector<Tensor> c = contiguous_all(in);

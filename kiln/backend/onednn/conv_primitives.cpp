@@ -206,8 +206,19 @@ bool prefer_channels_last_training() {
     return std::string(env) != "0";
   static const bool prefer = [] {
     // A ResNet stage's shape: what oneDNN runs there decides.
-    const ConvGeometry g{.n = 32, .c = 64, .h = 32, .w = 32, .o = 64, .kh = 3, .kw = 3, .oh = 32,
-                         .ow = 32, .pt = 1, .pb = 1, .pl = 1, .pr = 1};
+    const ConvGeometry g{.n = 32,
+                         .c = 64,
+                         .h = 32,
+                         .w = 32,
+                         .o = 64,
+                         .kh = 3,
+                         .kw = 3,
+                         .oh = 32,
+                         .ow = 32,
+                         .pt = 1,
+                         .pb = 1,
+                         .pl = 1,
+                         .pr = 1};
     try {
       const std::string impl =
           conv_entry(Pass::kForward, g, false, {true, true, false, false, true})->implementation;

@@ -34,8 +34,7 @@ namespace kiln::graph::passes {
 namespace {
 
 bool reads_as_training_conv(const Node& node, int value) {
-  if (std::strcmp(node.op->name(), "conv2d") != 0 || node.inputs.empty() ||
-      node.inputs[0] != value)
+  if (std::strcmp(node.op->name(), "conv2d") != 0 || node.inputs.empty() || node.inputs[0] != value)
     return false;
   return detail::conv2d_attrs(*node.op).purpose == detail::ConvPurpose::kTraining;
 }

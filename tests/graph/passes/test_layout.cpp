@@ -29,8 +29,8 @@ struct Net {
   Tensors operator()(const Tensors& in, bool train = true) const {
     Conv2dOptions same;
     same.padding = 1;
-    const Tensor h = relu(batch_norm(conv2d(in[0], w1, Tensor(), same), Tensor(), Tensor(), g1,
-                                     b1, true));
+    const Tensor h =
+        relu(batch_norm(conv2d(in[0], w1, Tensor(), same), Tensor(), Tensor(), g1, b1, true));
     const Tensor r = relu(conv2d(h, w2, Tensor(), same) + h);
     const Tensor logits = matmul(flatten(adaptive_avg_pool2d(r, 1), 1), fc);
     const Tensor loss = sum(logits * logits);
@@ -113,7 +113,8 @@ TEST(Layout, TheCompiledStepRunsItAndCanSkipIt) {
   Function with = make(false), without = make(true);
   const Tensors in{randn({kBatch, 3, 12, 12})};
   const Tensors got = with(in), want = without(in);
-  EXPECT_EQ(count_nodes(*with.graphs()[0], "clone"), count_nodes(*without.graphs()[0], "clone") + 1);
+  EXPECT_EQ(count_nodes(*with.graphs()[0], "clone"),
+            count_nodes(*without.graphs()[0], "clone") + 1);
   for (size_t i = 0; i < got.size(); ++i) kiln::test::expect_allclose(got[i], want[i], 1e-4);
   // The planned replay gives the recording run's results.
   const Tensors replay = with(in);
