@@ -2,14 +2,23 @@
 // directory, print a model summary, write a model's traced graph. `kiln --help` and `kiln <command>
 // --help` list the flags.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 
 #include "kiln/core/error.h"
+#include "tools/flag_checks.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
   using kiln::cli::GraphArgs;
+  using kiln::cli::non_negative_integer;
+  using kiln::cli::non_negative_number;
+  using kiln::cli::number_in;
+  using kiln::cli::positive_number;
   using kiln::cli::TrainArgs;
+  // Line-buffered even into a file or a pipe: a log shows each line as it is written and keeps
+  // it when the run is killed (a block-buffered log stayed empty for a whole epoch).
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   CLI::App app{"kiln: train, evaluate and inspect models"};
   app.require_subcommand(1);
 
@@ -32,19 +41,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   train->add_option("--lr", t.lr, "learning rate (peak rate for --schedule onecycle)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   train->add_option("--momentum", t.momentum, "SGD momentum")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in(0.0, 1.0))
       ->capture_default_str();
   train->add_option("--weight-decay", t.weight_decay, "weight decay (decoupled for adamw)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   train->add_option("--schedule", t.schedule, "learning-rate schedule: constant, cosine, onecycle")
       ->check(CLI::IsMember({"constant", "cosine", "onecycle"}))
       ->capture_default_str();
   train->add_option("--label-smoothing", t.label_smoothing, "cross-entropy label smoothing")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in(0.0, 1.0))
       ->capture_default_str();
   train->add_flag("--augment", t.augment, "random crop (padding size/8) and horizontal flip");
   train->add_option("--workers", t.workers, "data-loading threads (0: in the training thread)")
@@ -54,16 +63,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   train->add_option("--seed", t.seed, "seed of initialization, shuffling and augmentation")
+      ->check(non_negative_integer())
       ->capture_default_str();
   train
       ->add_option("--train-samples", t.train_samples,
                    "train on the first N training samples only (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   train
       ->add_option("--validation-split", t.validation_split,
                    "hold out this last fraction of the training split for validation (Keras' "
                    "validation_split); 0 validates on the test split")
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(number_in(0.0, 0.99));
   train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
       ->capture_default_str();
   train->add_flag("--resume", t.resume, "continue from DIR/checkpoint when it exists");
@@ -107,7 +117,8 @@ int main(int argc, char** argv) {
                   "treat parameters and buffers as constants and fold them (inference)");
   graph
       ->add_option("--skip-passes", g.skip_passes,
-                   "passes to leave out (simplify, cse, conv_bn, linear, fold, dce, fuse)")
+                   "passes to leave out (simplify, cse, conv_bn, linear, fold, dce, fuse, layout, "
+                   "hoist, remat)")
       ->delimiter(',');
 
   CLI11_PARSE(app, argc, argv);
@@ -117,10 +128,10 @@ int main(int argc, char** argv) {
     if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);
   } catch (const kiln::Error& e) {
-    std::cerr << "kiln: " << e.what() << '\n';
+    std::cerr << "kiln: " << kiln::cli::without_call_site(e.what()) << '\n';
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "kiln: " << e.what() << '\n';
+    std::cerr << "kiln: " << kiln::cli::without_call_site(e.what()) << '\n';
     return 1;
   }
 }

@@ -79,7 +79,10 @@ void ProgressBar::update(int64_t step, const std::map<std::string, double>& metr
   const int64_t decile = step * 10 / total_;
   if (decile <= last_decile_) return;
   last_decile_ = decile;
+  // Flushed per line: a log file (or a pipe) must show progress while the epoch runs, and keep
+  // it when the process is killed.
   out_ << format_line(step, metrics, samples_seen, /*final=*/false) << '\n';
+  out_.flush();
 }
 
 void ProgressBar::finish(const std::map<std::string, double>& metrics, int64_t samples_seen) {
