@@ -8,5 +8,9 @@ bash scripts/setup.sh
 # The same build tree and options as scripts/test.sh, so running both builds the library once.
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null
 cmake --build build/release --target kiln_cli
+# Running the main job again replaces out/cnn (--overwrite); with --resume among the extra
+# arguments it continues the run there instead.
+replace=(--overwrite)
+for arg in "$@"; do [[ $arg == --resume ]] && replace=(); done
 ./build/release/tools/kiln train --model cnn --data fashion-mnist --epochs 2 --optimizer adam \
-  --lr 1e-3 --batch-size 128 --out out/cnn "$@"
+  --lr 1e-3 --batch-size 128 --out out/cnn "${replace[@]}" "$@"

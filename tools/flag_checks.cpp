@@ -17,7 +17,8 @@ std::string parse(const std::string& text, double& value) {
   char* end = nullptr;
   errno = 0;
   value = std::strtod(begin, &end);
-  if (text.empty() || end == begin || *end != '\0') return fmt::format("'{}' is not a number", text);
+  if (text.empty() || end == begin || *end != '\0')
+    return fmt::format("'{}' is not a number", text);
   if (!std::isfinite(value) || errno == ERANGE)
     return fmt::format("expected a finite number, but got '{}'", text);
   return "";
@@ -53,7 +54,8 @@ CLI::Validator non_negative_number() {
 CLI::Validator non_negative_integer() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
         if (!digits) return fmt::format("expected a whole number >= 0, but got '{}'", text);
         errno = 0;
         std::strtoull(text.c_str(), nullptr, 10);

@@ -76,7 +76,14 @@ int main(int argc, char** argv) {
       ->check(number_in(0.0, 0.99));
   train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
       ->capture_default_str();
-  train->add_flag("--resume", t.resume, "continue from DIR/checkpoint when it exists");
+  train->add_flag("--resume", t.resume,
+                  "continue the run in --out from its checkpoint, with the settings it recorded "
+                  "(flags given must agree, unless --override); a new run when --out is empty");
+  train->add_flag("--overwrite", t.overwrite,
+                  "replace an earlier run in --out (without it, an earlier run is never replaced)");
+  train->add_flag("--override", t.override_settings,
+                  "with --resume: continue with flags that differ from the run's record (a "
+                  "schedule is then stretched to a new --epochs from where the run is)");
   train->add_flag("--compile", t.compile,
                   "run each step as one compiled graph (forward, loss, gradients), as Keras' "
                   "jit_compile");
@@ -122,6 +129,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
 
   CLI11_PARSE(app, argc, argv);
+  for (const CLI::Option* o : train->get_options())
+    if (o->count() > 0) t.given.insert(o->get_name());
   try {
     if (*train) return kiln::cli::run_train(t);
     if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);

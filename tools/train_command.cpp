@@ -9,9 +9,12 @@
 #include <memory>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "kiln/kiln.h"
 #include "tools/datasets.h"
 #include "tools/report.h"
+#include "tools/run_dir.h"
 
 namespace kiln::cli {
 namespace {
@@ -35,33 +38,29 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, std::vector
 
 // "constant" (none), "cosine" (per epoch, to 0 at the last epoch) or "onecycle" (per batch, peak
 // at --lr). Returns whether it steps per batch.
+// `done_epochs` / `done_steps` > 0: the schedule of a resumed run whose length changed, placed
+// where a schedule of the new length is after that much training.
 std::unique_ptr<optim::LRScheduler> make_schedule(const TrainArgs& a, optim::Optimizer& opt,
-                                                  int64_t steps_per_epoch, bool& per_batch) {
+                                                  int64_t steps_per_epoch, bool& per_batch,
+                                                  int64_t done_epochs = 0, int64_t done_steps = 0) {
   per_batch = a.schedule == "onecycle";
   if (a.schedule == "constant") return nullptr;
-  if (a.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, a.epochs);
+  if (a.schedule == "cosine")
+    return std::make_unique<optim::CosineAnnealingLR>(opt, a.epochs, 0.0, done_epochs - 1);
   if (a.schedule == "onecycle")
     return std::make_unique<optim::OneCycleLR>(
-        opt, optim::OneCycleLROptions{.max_lr = {a.lr}, .total_steps = a.epochs * steps_per_epoch});
+        opt, optim::OneCycleLROptions{.max_lr = {a.lr}, .total_steps = a.epochs * steps_per_epoch},
+        done_steps - 1);
   throw Error("[kiln train] expected --schedule constant, cosine or onecycle, but got \"" +
               a.schedule + "\"");
 }
 
+// The checkpoint's record of the run: the settings, and where the data came from.
 nlohmann::json args_json(const TrainArgs& a) {
-  return {{"model", a.model},
-          {"data", a.data},
-          {"data_dir", a.data_dir},
-          {"epochs", a.epochs},
-          {"batch_size", a.batch_size},
-          {"optimizer", a.optimizer},
-          {"lr", a.lr},
-          {"momentum", a.momentum},
-          {"weight_decay", a.weight_decay},
-          {"schedule", a.schedule},
-          {"label_smoothing", a.label_smoothing},
-          {"augment", a.augment},
-          {"workers", a.workers},
-          {"seed", a.seed}};
+  nlohmann::json j = run_settings(a);
+  j["data_dir"] = a.data_dir;
+  j["workers"] = a.workers;
+  return j;
 }
 
 // Saves the full training state after every epoch, steps the LR schedule and keeps the history
@@ -121,13 +120,50 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& args) {
+  TrainArgs a = args;
   if (a.epochs < 1)
     throw Error("[kiln train] expected --epochs >= 1, but got " + std::to_string(a.epochs));
   if (a.threads > 0) set_num_threads(a.threads);
   const fs::path out(a.out);
-  fs::create_directories(out);
   const std::string ckpt = (out / "checkpoint").string();
+  // Note: an earlier run is never replaced or restarted silently (issue 16, defects 2 and 3).
+  const std::vector<std::string> previous = previous_run_files(out.string());
+  const std::string listed = fmt::format("{}", fmt::join(previous, ", "));
+  const bool resuming = a.resume && train::checkpoint_exists(ckpt);
+  if (!a.resume && !previous.empty() && !a.overwrite)
+    throw Error("[kiln train] " + out.string() + " already holds a run (" + listed +
+                "); pass --resume to continue it, or --overwrite to replace it");
+  if (a.resume && !resuming && !previous.empty() && !a.overwrite)
+    throw Error("[kiln train] --resume: " + out.string() + " holds a run (" + listed +
+                ") but no complete checkpoint in " + ckpt +
+                "; nothing was changed. Pass --overwrite (without --resume) to start over there");
+  if (!resuming && a.overwrite) remove_run_files(out.string());
+  fs::create_directories(out);
+  remove_stale_temporaries(out.string());
+  int recorded_epochs = a.epochs;
+  if (resuming) {
+    const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
+    recorded_epochs = meta.at("args").value("epochs", a.epochs);
+    const std::vector<std::string> changes =
+        adopt_recorded_settings(a, meta.at("args"), out.string());
+    if (!changes.empty() && !a.override_settings)
+      throw Error(fmt::format(
+          "[kiln train] --resume: {} was trained with other settings: {}. A resumed run takes "
+          "its settings from the run's record, so leave these flags out, or pass --override to "
+          "continue with the new values",
+          out.string(), fmt::join(changes, ", ")));
+    if (!changes.empty())
+      std::cout << fmt::format("Continuing with changed settings (--override): {}\n",
+                               fmt::join(changes, ", "));
+    if (a.epochs != recorded_epochs && a.schedule != "constant" && !a.override_settings)
+      throw Error(fmt::format(
+          "[kiln train] --resume: --schedule {} spans the run's --epochs {}; continuing to {} "
+          "epochs would train the extra ones past the schedule's end. Pass --override to place "
+          "the run on a {}-epoch schedule from here (the learning rate moves to where that "
+          "schedule is now), or train a new run with --epochs {}",
+          a.schedule, recorded_epochs, a.epochs, a.epochs, a.epochs));
+  }
 
   ImageData d = load_image_data(a.data, a.data_dir);
   if (a.train_samples > 0 && a.train_samples < d.train->size())
@@ -159,22 +195,25 @@ int run_train(const TrainArgs& a) {
   int initial_epoch = 0;
   int64_t step = 0;
   train::History history;
-  if (a.resume && train::checkpoint_exists(ckpt)) {
+  if (resuming) {
     const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
-    const auto& prev = meta.at("args");
-    if (prev.at("model") != a.model || prev.at("data") != a.data)
-      throw Error("[kiln train] --resume: the checkpoint in " + ckpt + " trained --model " +
-                  prev.at("model").get<std::string>() + " on --data " +
-                  prev.at("data").get<std::string>() + ", not " + a.model + " on " + a.data);
-    const train::CheckpointState state = train::load_checkpoint(ckpt, *model, *opt, schedule.get());
+    // A schedule whose length changed is rebuilt at its new length, not restored.
+    const bool restretch = schedule != nullptr && a.epochs != recorded_epochs;
+    const train::CheckpointState state =
+        train::load_checkpoint(ckpt, *model, *opt, restretch ? nullptr : schedule.get());
     initial_epoch = static_cast<int>(state.epoch);
     step = state.step;
+    if (restretch)
+      schedule = make_schedule(a, *opt, train_loader.num_batches(), per_batch, initial_epoch, step);
     history.metrics = meta.at("history").get<decltype(history.metrics)>();
     std::cout << "Resuming from " << ckpt << " after epoch " << initial_epoch << "\n";
   } else if (a.resume) {
-    std::cout << "No checkpoint in " << ckpt << "; starting from scratch\n";
+    std::cout << "No run in " << out.string() << " yet; starting from scratch\n";
   }
 
+  // Recorded once the data loaded and the model was built: a run that failed to start leaves
+  // nothing that would block the next one.
+  write_text(out / "config.json", nlohmann::json{{"settings", args_json(a)}}.dump(2) + "\n");
   train::Trainer trainer(*model, *opt,
                          [&](const Tensor& logits, const Tensor& target) {
                            return cross_entropy(logits, target, Tensor(), -100, Reduction::Mean,

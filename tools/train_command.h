@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct TrainArgs {
                                   // else its first N samples
   std::string out = "out/cnn";
   bool resume = false;
-  bool compile = false;  // each step as one compiled graph (Note [compiled training step])
+  bool overwrite = false;          // replace an earlier run in --out
+  bool override_settings = false;  // --override: resume with settings other than the record's
+  bool compile = false;         // each step as one compiled graph (Note [compiled training step])
+  std::set<std::string> given;  // the flags typed on the command line ("--lr", ...)
 };
 
 // Trains, evaluates on the test split and writes DIR/{checkpoint/, model.safetensors,
