@@ -15,9 +15,9 @@ namespace {
 // What a run writes into its directory; the first four hold its results. The others are written
 // again by any run, so alone (a run killed in its first epoch) they protect nothing.
 const std::vector<std::string>& run_file_names() {
-  static const std::vector<std::string> names = {
-      "checkpoint", "history.csv", "model.safetensors", "metrics.json", "config.json",
-      "curves.svg", "summary.txt"};
+  static const std::vector<std::string> names = {"checkpoint",   "history.csv", "model.safetensors",
+                                                 "metrics.json", "config.json", "curves.svg",
+                                                 "summary.txt"};
   return names;
 }
 constexpr size_t kResultFiles = 4;
@@ -34,20 +34,34 @@ std::string shown(const nlohmann::json& v) {
 }
 
 void assign(TrainArgs& a, const std::string& key, const nlohmann::json& v) {
-  if (key == "model") a.model = v.get<std::string>();
-  else if (key == "data") a.data = v.get<std::string>();
-  else if (key == "epochs") a.epochs = v.get<int>();
-  else if (key == "batch_size") a.batch_size = v.get<int64_t>();
-  else if (key == "optimizer") a.optimizer = v.get<std::string>();
-  else if (key == "lr") a.lr = v.get<double>();
-  else if (key == "momentum") a.momentum = v.get<double>();
-  else if (key == "weight_decay") a.weight_decay = v.get<double>();
-  else if (key == "schedule") a.schedule = v.get<std::string>();
-  else if (key == "label_smoothing") a.label_smoothing = v.get<double>();
-  else if (key == "augment") a.augment = v.get<bool>();
-  else if (key == "seed") a.seed = v.get<uint64_t>();
-  else if (key == "train_samples") a.train_samples = v.get<int64_t>();
-  else if (key == "validation_split") a.validation_split = v.get<double>();
+  if (key == "model")
+    a.model = v.get<std::string>();
+  else if (key == "data")
+    a.data = v.get<std::string>();
+  else if (key == "epochs")
+    a.epochs = v.get<int>();
+  else if (key == "batch_size")
+    a.batch_size = v.get<int64_t>();
+  else if (key == "optimizer")
+    a.optimizer = v.get<std::string>();
+  else if (key == "lr")
+    a.lr = v.get<double>();
+  else if (key == "momentum")
+    a.momentum = v.get<double>();
+  else if (key == "weight_decay")
+    a.weight_decay = v.get<double>();
+  else if (key == "schedule")
+    a.schedule = v.get<std::string>();
+  else if (key == "label_smoothing")
+    a.label_smoothing = v.get<double>();
+  else if (key == "augment")
+    a.augment = v.get<bool>();
+  else if (key == "seed")
+    a.seed = v.get<uint64_t>();
+  else if (key == "train_samples")
+    a.train_samples = v.get<int64_t>();
+  else if (key == "validation_split")
+    a.validation_split = v.get<double>();
 }
 
 }  // namespace
@@ -105,8 +119,8 @@ std::vector<std::string> adopt_recorded_settings(TrainArgs& a, const nlohmann::j
     if (!a.given.contains(flag_of(key))) {
       assign(a, key, value);
     } else if (now[key] != value && key != "epochs") {  // the total may grow: run_train's check
-      changes.push_back(fmt::format("{} {} (the run used {})", flag_of(key), shown(now[key]),
-                                    shown(value)));
+      changes.push_back(
+          fmt::format("{} {} (the run used {})", flag_of(key), shown(now[key]), shown(value)));
     }
   }
   return changes;

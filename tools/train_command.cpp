@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -63,14 +64,41 @@ nlohmann::json args_json(const TrainArgs& a) {
   return j;
 }
 
+void write_text(const fs::path& path, const std::string& text) {
+  io::write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                        "kiln");
+}
+
+// history.csv, written whole (atomically) from the history the checkpoint holds, right after the
+// checkpoint: a kill between the two can no longer lose a row, and a resume rewrites it from the
+// checkpoint. Epochs are numbered from 1, as the progress bar counts them.
+void write_history_csv(const std::string& path, const train::History& h) {
+  std::string text = "epoch";
+  size_t rows = 0;
+  for (const auto& [name, values] : h.metrics) {
+    text += "," + name;
+    rows = std::max(rows, values.size());
+  }
+  text += "\n";
+  for (size_t r = 0; r < rows; ++r) {
+    text += std::to_string(r + 1);
+    for (const auto& [name, values] : h.metrics)
+      text += r < values.size() ? fmt::format(",{}", values[r]) : ",";
+    text += "\n";
+  }
+  write_text(path, text);
+}
+
 // Saves the full training state after every epoch, steps the LR schedule and keeps the history
 // (including epochs from before a resume) for the checkpoint's metadata.
 class EpochState final : public train::Callback {
  public:
-  EpochState(const TrainArgs& args, std::string dir, nn::Module& model, optim::Optimizer& opt,
-             optim::LRScheduler* schedule, bool per_batch, train::History history)
+  EpochState(const TrainArgs& args, std::string dir, std::string csv, nn::Module& model,
+             optim::Optimizer& opt, optim::LRScheduler* schedule, bool per_batch,
+             train::History history)
       : args_(args),
         dir_(std::move(dir)),
+        csv_(std::move(csv)),
         model_(model),
         opt_(opt),
         schedule_(schedule),
@@ -89,6 +117,7 @@ class EpochState final : public train::Callback {
     nlohmann::json meta = {{"args", args_json(args_)}, {"history", history_.metrics}};
     train::save_checkpoint(dir_, model_, opt_, schedule_,
                            train::CheckpointState{epoch + 1, step_, meta});
+    write_history_csv(csv_, history_);
     return false;
   }
 
@@ -97,7 +126,7 @@ class EpochState final : public train::Callback {
 
  private:
   const TrainArgs& args_;
-  std::string dir_;
+  std::string dir_, csv_;
   nn::Module& model_;
   optim::Optimizer& opt_;
   optim::LRScheduler* schedule_;
@@ -111,11 +140,6 @@ std::shared_ptr<const data::Dataset> augmented(std::shared_ptr<const data::Datas
   data::Compose stages(
       {data::RandomCrop(info.image_size, info.image_size / 8), data::RandomHorizontalFlip(0.5)});
   return std::make_shared<data::TransformDataset>(std::move(ds), stages);
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  io::write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()},
-                        "kiln");
 }
 
 }  // namespace
@@ -220,12 +244,12 @@ int run_train(const TrainArgs& args) {
                                                 a.label_smoothing);
                          },
                          {"accuracy"});
+  const std::string csv = (out / "history.csv").string();
+  if (initial_epoch > 0) write_history_csv(csv, history);  // repairs a row a kill lost
   auto state =
-      std::make_shared<EpochState>(a, ckpt, *model, *opt, schedule.get(), per_batch, history);
+      std::make_shared<EpochState>(a, ckpt, csv, *model, *opt, schedule.get(), per_batch, history);
   state->set_step(step);
   trainer.add_callback(state);
-  trainer.add_callback(std::make_shared<train::CSVLogger>((out / "history.csv").string(),
-                                                          /*append=*/initial_epoch > 0));
 
   const auto start = std::chrono::steady_clock::now();
   train::FitOptions fit_options;

@@ -129,6 +129,11 @@ grep -q "^8/8 " "$tmp/resume3.log" || fail "resume did not take --train-samples/
 "$kiln" train --out "$tmp/resumed" --resume --seed 9 --override >"$tmp/override.log"
 grep -q "Continuing with changed settings (--override): --seed 9 (the run used 3)" \
   "$tmp/override.log" || fail "--override did not say what changed: $(head -3 "$tmp/override.log")"
+# history.csv is the checkpoint's history: a row lost to a kill between the two comes back.
+head -n 3 "$tmp/resumed/history.csv" >"$tmp/cut.csv" && mv "$tmp/cut.csv" "$tmp/resumed/history.csv"
+"$kiln" train --out "$tmp/resumed" --resume >/dev/null
+[[ $(wc -l <"$tmp/resumed/history.csv") -eq 4 ]] || fail "resume did not rebuild history.csv"
+[[ $(sed -n 2p "$tmp/resumed/history.csv") == 1,* ]] || fail "history.csv epochs should count from 1"
 # A missing checkpoint: --resume changes nothing; --overwrite starts over.
 mv "$tmp/straight/checkpoint" "$tmp/checkpoint.away"
 expect_error "no complete checkpoint" train --out "$tmp/straight" --resume
