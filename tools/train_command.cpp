@@ -1,5 +1,6 @@
 #include "tools/train_command.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -257,6 +258,9 @@ int run_train(const TrainArgs& args) {
   fit_options.initial_epoch = initial_epoch;
   fit_options.validation = &val_loader;
   fit_options.is_tty = isatty(STDOUT_FILENO) != 0;
+  winsize size{};
+  if (fit_options.is_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0)
+    fit_options.columns = size.ws_col;
   fit_options.compile = a.compile;
   trainer.fit(train_loader, fit_options);
   const double seconds =

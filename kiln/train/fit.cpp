@@ -123,7 +123,8 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
       std::unique_ptr<ProgressBar> bar;
       if (out != nullptr) {
         *out << "Epoch " << epoch + 1 << "/" << epochs << '\n';
-        bar = std::make_unique<ProgressBar>(steps, *out, options.is_tty, clock_);
+        bar =
+            std::make_unique<ProgressBar>(steps, *out, options.is_tty, clock_, 30, options.columns);
       }
       int64_t step = 0, samples = 0;
       for (const data::Example& batch : train) {
@@ -162,6 +163,7 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
       }
       logs["loss"] = loss_mean.result();
       for (auto& metric : metrics_) logs[metric->name()] = metric->result();
+      if (options.validation != nullptr && bar) bar->validating();
       if (options.validation != nullptr)
         for (const auto& [name, value] : evaluate(*options.validation, loc))
           logs["val_" + name] = value;

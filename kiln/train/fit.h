@@ -45,6 +45,8 @@ struct FitOptions {
   bool verbose = true;
   // Selects carriage-return redraws (see Note [progress output]).
   bool is_tty = false;
+  // The terminal's width in columns (0: unknown); the bar's lines stay narrower.
+  int columns = 0;
   // Keras' jit_compile: each training step runs as one compiled graph (forward, loss and
   // gradients; Note [compiled training step]), the optimizer's update eagerly after it. Trains
   // as the eager step does.

@@ -22,28 +22,43 @@ std::string format_duration(double seconds) {
 }
 
 ProgressBar::ProgressBar(int64_t total_steps, std::ostream& out, bool is_tty, Clock clock,
-                         int width)
+                         int width, int columns)
     : total_(std::max<int64_t>(total_steps, 0)),
       out_(out),
       is_tty_(is_tty),
       clock_(std::move(clock)),
       width_(std::max(width, 1)),
+      columns_(std::max(columns, 0)),
       start_(clock_()) {}
 
 std::string ProgressBar::format_line(int64_t step, const std::map<std::string, double>& metrics,
                                      int64_t samples_seen, bool final) const {
+  std::string line = line_with_bar(step, metrics, samples_seen, final, width_);
+  if (columns_ <= 0) return line;
+  const auto room = static_cast<size_t>(std::max(columns_ - 1, 1));
+  if (line.size() > room) {
+    const int narrower =
+        std::max(std::min(width_, 10), width_ - static_cast<int>(line.size() - room));
+    line = line_with_bar(step, metrics, samples_seen, final, narrower);
+  }
+  if (line.size() > room) line.resize(room);
+  return line;
+}
+
+std::string ProgressBar::line_with_bar(int64_t step, const std::map<std::string, double>& metrics,
+                                       int64_t samples_seen, bool final, int width) const {
   const std::string total_text = std::to_string(total_);
   std::string line = fmt::format("{:>{}}/{}", step, total_text.size(), total_text);
 
   // Integer arithmetic, so that 2/20 of 10 columns is exactly 1 column.
   const int64_t done = total_ > 0 ? std::clamp<int64_t>(step, 0, total_) : 1;
-  const auto filled = static_cast<int>(done * width_ / std::max<int64_t>(total_, 1));
+  const auto filled = static_cast<int>(done * width / std::max<int64_t>(total_, 1));
   std::string bar;
   if (filled > 0) {
     bar.append(static_cast<size_t>(filled - 1), '=');
     bar.push_back(step < total_ ? '>' : '=');
   }
-  bar.append(static_cast<size_t>(width_ - filled), '.');
+  bar.append(static_cast<size_t>(width - filled), '.');
   line += " [" + bar + "]";
 
   const double elapsed = clock_() - start_;
@@ -59,20 +74,19 @@ std::string ProgressBar::format_line(int64_t step, const std::map<std::string, d
   for (const auto& [name, value] : metrics)
     if (name != "loss") line += fmt::format(" - {}: {:.4f}", name, value);
 
-  if (samples_seen >= 0 && elapsed > 0.0)
-    line += fmt::format(" - {:.0f} samples/s", static_cast<double>(samples_seen) / elapsed);
+  // Training time only: on the final line, validation ran after the last update.
+  const double trained = final && last_update_ >= 0.0 ? last_update_ - start_ : elapsed;
+  if (samples_seen >= 0 && trained > 0.0)
+    line += fmt::format(" - {:.0f} samples/s", static_cast<double>(samples_seen) / trained);
   return line;
 }
 
 void ProgressBar::update(int64_t step, const std::map<std::string, double>& metrics,
                          int64_t samples_seen) {
   if (finished_) return;
+  last_update_ = clock_();
   if (is_tty_) {
-    const std::string line = format_line(step, metrics, samples_seen, /*final=*/false);
-    out_ << '\r' << line;
-    if (line.size() < last_length_) out_ << std::string(last_length_ - line.size(), ' ');
-    last_length_ = line.size();
-    out_.flush();
+    redraw(format_line(step, metrics, samples_seen, /*final=*/false));
     return;
   }
   if (total_ <= 0 || step >= total_) return;  // the last line belongs to finish()
@@ -83,6 +97,25 @@ void ProgressBar::update(int64_t step, const std::map<std::string, double>& metr
   // it when the process is killed.
   out_ << format_line(step, metrics, samples_seen, /*final=*/false) << '\n';
   out_.flush();
+}
+
+void ProgressBar::redraw(const std::string& line) {
+  out_ << '\r' << line;
+  if (line.size() < last_length_) out_ << std::string(last_length_ - line.size(), ' ');
+  last_length_ = line.size();
+  last_line_ = line;
+  out_.flush();
+}
+
+void ProgressBar::validating() {
+  if (finished_ || !is_tty_) return;
+  const std::string note = " - validating...";
+  std::string line = last_line_;
+  // The note replaces the line's tail where the terminal has no room for both.
+  if (columns_ > 0 && line.size() + note.size() > static_cast<size_t>(columns_ - 1))
+    line.resize(static_cast<size_t>(
+        std::max<int64_t>(columns_ - 1 - static_cast<int64_t>(note.size()), 0)));
+  redraw(line + note);
 }
 
 void ProgressBar::finish(const std::map<std::string, double>& metrics, int64_t samples_seen) {

@@ -22,15 +22,21 @@ double steady_seconds();
 // the steps prints a line, and finish() prints the final one (with the elapsed time instead of the
 // ETA). An update at the last step is left to finish(), which usually carries more metrics
 // (validation). "loss" is printed first, the other metrics in name order.
+// With `columns` (the terminal's width; 0: unknown) a line never reaches the last column: a line
+// that does wraps, and every redraw then leaves a line behind. The bar narrows first (down to 10
+// columns), then the line is cut. samples/s counts training time only: the final line's rate is
+// taken at the last update(), before validation ran; validating() shows that it runs.
 class ProgressBar {
  public:
   ProgressBar(int64_t total_steps, std::ostream& out, bool is_tty, Clock clock = steady_seconds,
-              int width = 30);
+              int width = 30, int columns = 0);
 
   // `step` counts finished steps (1..total); samples_seen is the running sample count of this
   // run, used for the throughput (left out when negative).
   void update(int64_t step, const std::map<std::string, double>& metrics,
               int64_t samples_seen = -1);
+  // On a terminal, redraws the line with " - validating..." appended (nothing in a log).
+  void validating();
   // Prints the final line (total/total) and ends it with '\n'.
   void finish(const std::map<std::string, double>& metrics, int64_t samples_seen = -1);
 
@@ -39,14 +45,24 @@ class ProgressBar {
                           int64_t samples_seen, bool final) const;
 
  private:
+  std::string line_with_bar(int64_t step, const std::map<std::string, double>& metrics,
+                            int64_t samples_seen, bool final, int width) const;
+  // Draws `line` over the previous one (terminal mode).
+  void redraw(const std::string& line);
+
+ public:
+ private:
   int64_t total_;
   std::ostream& out_;
   bool is_tty_;
   Clock clock_;
   int width_;
+  int columns_;
   double start_;
-  int64_t last_decile_ = 0;  // deciles already printed (non-terminal mode)
-  size_t last_length_ = 0;   // length of the drawn line (terminal mode), to blank leftovers
+  double last_update_ = -1.0;  // clock at the last update(): the end of the training steps
+  std::string last_line_;      // the line drawn last (terminal mode)
+  int64_t last_decile_ = 0;    // deciles already printed (non-terminal mode)
+  size_t last_length_ = 0;     // length of the drawn line (terminal mode), to blank leftovers
   bool finished_ = false;
 };
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -72,6 +73,48 @@ TEST(ProgressBar, TerminalRedrawsWithCarriageReturn) {
   const std::string last = "\r2/2 [====] - 2s - loss: 0.1000";
   // The shorter final line blanks what is left of the longer one.
   EXPECT_EQ(out.str(), first + last + std::string(first.size() - last.size(), ' ') + "\n");
+}
+
+// Issue 16, defect 6: an 80-column terminal gets lines of at most 79 columns (a wrapped line
+// leaves a new line at every redraw): the bar narrows, then the line is cut.
+TEST(ProgressBar, LinesFitTheTerminal) {
+  double now = 0.0;
+  const std::map<std::string, double> many = {
+      {"loss", 0.5}, {"accuracy", 0.25}, {"top5_accuracy", 0.75}, {"precision", 0.5}};
+  std::ostringstream out;
+  ProgressBar bar(
+      469, out, /*is_tty=*/true, [&] { return now; }, /*width=*/30, /*columns=*/80);
+  const std::string wide = ProgressBar(
+                               469, out, true, [&] { return now; }, 30)
+                               .format_line(100, many, 12800, false);
+  ASSERT_GT(wide.size(), 79u);
+  now = 1.0;
+  const std::string line = bar.format_line(100, many, 12800, false);
+  EXPECT_EQ(line.size(), 79u) << line;
+  EXPECT_EQ(line.substr(0, 9), "100/469 [") << line;
+  // A short line keeps the full bar.
+  EXPECT_EQ(
+      bar.format_line(100, {{"loss", 0.5}}, -1, false).find("[=====>" + std::string(24, '.') + "]"),
+      8u);
+}
+
+// Throughput counts training time: validation runs after the last update, before finish().
+TEST(ProgressBar, SamplesPerSecondLeaveOutValidation) {
+  double now = 0.0;
+  std::ostringstream out;
+  ProgressBar bar(
+      10, out, /*is_tty=*/true, [&] { return now; }, /*width=*/10);
+  for (int64_t step = 1; step <= 10; ++step) {
+    now = static_cast<double>(step);
+    bar.update(step, {{"loss", 0.5}}, step * 100);
+  }
+  bar.validating();
+  EXPECT_NE(out.str().find(" - validating..."), std::string::npos);
+  now = 30.0;  // 20 s of validation
+  bar.finish({{"loss", 0.5}, {"val_loss", 0.6}}, 1000);
+  EXPECT_NE(out.str().find("- 30s - loss: 0.5000 - val_loss: 0.6000 - 100 samples/s"),
+            std::string::npos)
+      << out.str();
 }
 
 TEST(ProgressBar, Durations) {
