@@ -41,16 +41,21 @@ std::string default_data_dir(const std::string& name) {
   return "";
 }
 
-ImageData load_image_data(const std::string& name, std::string dir) {
+ImageData load_image_data(const std::string& name, std::string dir, bool with_train) {
   ImageData d;
   d.info = data_info(name);
   if (dir.empty()) dir = default_data_dir(name);
+  if (dir.empty() && name == "cifar10")
+    throw Error(
+        "[kiln] --data cifar10 needs --data-dir: the directory of CIFAR-10's binary version "
+        "(cifar-10-batches-bin, with data_batch_1.bin ... data_batch_5.bin and test_batch.bin, as "
+        "unpacked from https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz), or its parent");
   if (dir.empty())
     throw Error("[kiln] --data " + name + " needs --data-dir (the directory of its files)");
   auto read = [&](const std::string& split) {
     return name == "cifar10" ? data::cifar10(dir, split) : data::fashion_mnist(dir, split);
   };
-  d.train = normalized(*read("train"), d.info);
+  if (with_train) d.train = normalized(*read("train"), d.info);
   d.test = normalized(*read("test"), d.info);
   return d;
 }

@@ -30,8 +30,8 @@ DataInfo data_info(const std::string& name);
 
 // "fashion-mnist" (dir defaults to Debian's /usr/share/datasets/fashion-mnist) or "cifar10"
 // (dir holds the files of cifar-10-batches-bin, or is its parent; no default). Errors name the
-// dataset and the directory.
-ImageData load_image_data(const std::string& name, std::string dir);
+// dataset and the directory. Without `with_train` only the test split is read (train is null).
+ImageData load_image_data(const std::string& name, std::string dir, bool with_train = true);
 std::string default_data_dir(const std::string& name);
 
 }  // namespace kiln::cli

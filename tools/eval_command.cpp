@@ -17,7 +17,8 @@ int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_
   const auto& args = meta.at("args");
   const std::string data = args.at("data"), model_name = args.at("model");
   ImageData d =
-      load_image_data(data, data_dir.empty() ? args.at("data_dir").get<std::string>() : data_dir);
+      load_image_data(data, data_dir.empty() ? args.at("data_dir").get<std::string>() : data_dir,
+                      /*with_train=*/false);  // only the test split is evaluated
   auto model = nn::make_model(model_name, d.info.channels, d.info.image_size, d.info.classes());
   train::load_checkpoint_weights(ckpt, *model);
   data::DataLoader loader(d.test, {.batch_size = batch_size});

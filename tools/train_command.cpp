@@ -15,6 +15,7 @@
 
 #include "kiln/kiln.h"
 #include "tools/datasets.h"
+#include "tools/interrupt.h"
 #include "tools/report.h"
 #include "tools/run_dir.h"
 
@@ -90,6 +91,20 @@ void write_history_csv(const std::string& path, const train::History& h) {
   write_text(path, text);
 }
 
+// What Ctrl-C prints once `epochs_done` epochs are in the checkpoint.
+std::string interrupt_message(const TrainArgs& a, int epochs_done) {
+  const std::string ckpt = (fs::path(a.out) / "checkpoint").string();
+  if (epochs_done == 0)
+    return fmt::format(
+        "kiln train: interrupted before the first epoch ended; {} holds no checkpoint yet "
+        "(start again with --overwrite)",
+        a.out);
+  return fmt::format(
+      "kiln train: interrupted. The last checkpoint, after epoch {} of {}, is in {}; continue "
+      "with: kiln train --out {} --resume",
+      epochs_done, a.epochs, ckpt, a.out);
+}
+
 // Saves the full training state after every epoch, steps the LR schedule and keeps the history
 // (including epochs from before a resume) for the checkpoint's metadata.
 class EpochState final : public train::Callback {
@@ -119,6 +134,7 @@ class EpochState final : public train::Callback {
     train::save_checkpoint(dir_, model_, opt_, schedule_,
                            train::CheckpointState{epoch + 1, step_, meta});
     write_history_csv(csv_, history_);
+    on_interrupt_say(interrupt_message(args_, epoch + 1));
     return false;
   }
 
@@ -247,6 +263,7 @@ int run_train(const TrainArgs& args) {
                          {"accuracy"});
   const std::string csv = (out / "history.csv").string();
   if (initial_epoch > 0) write_history_csv(csv, history);  // repairs a row a kill lost
+  on_interrupt_say(interrupt_message(a, initial_epoch));
   auto state =
       std::make_shared<EpochState>(a, ckpt, csv, *model, *opt, schedule.get(), per_batch, history);
   state->set_step(step);

@@ -58,9 +58,30 @@ for _ in $(seq 600); do
   kill -0 "$live" 2>/dev/null || break
   sleep 0.05
 done
-kill "$live" 2>/dev/null || true
-wait "$live" 2>/dev/null || true
 ((seen)) || fail "no progress line in the log while the run was going: $(head -c 400 "$tmp/live.log")"
+# Ctrl-C once the first epoch is checkpointed: exit 130, saying where the checkpoint is and how to
+# resume (issue 16, defect 8).
+for _ in $(seq 600); do
+  grep -q "^Epoch 2/3" "$tmp/live.log" && break
+  kill -0 "$live" 2>/dev/null || break
+  sleep 0.05
+done
+kill -INT "$live" 2>/dev/null || true
+status=0
+wait "$live" || status=$?
+grep -q "^Epoch 2/3" "$tmp/live.log" && ((status != 0)) ||
+  fail "the run ended before Ctrl-C could be tested (status $status)"
+((status == 130)) || fail "Ctrl-C: exit status $status, expected 130"
+grep -q "after epoch [12] of 3, is in $tmp/live/checkpoint; continue with: kiln train --out $tmp/live --resume" \
+  "$tmp/live.log" || fail "Ctrl-C said nothing useful: $(tail -3 "$tmp/live.log")"
+"$kiln" train --out "$tmp/live" --resume >"$tmp/live2.log" || fail "resume after Ctrl-C failed"
+grep -q "Resuming from" "$tmp/live2.log" || fail "no resume after Ctrl-C"
+# eval reads only the test split: a directory without the training files will do.
+mkdir "$tmp/test_only"
+cp /usr/share/datasets/fashion-mnist/t10k-* "$tmp/test_only/"
+"$kiln" eval "$tmp/live" --data-dir "$tmp/test_only" | grep -q "accuracy" ||
+  fail "kiln eval needs the training files"
+expect_error "cifar-10-binary.tar.gz" train --data cifar10 --out "$tmp/c0"
 
 "$kiln" summary --model cnn >"$tmp/summary.txt"
 grep -q "421,834" "$tmp/summary.txt" || fail "summary lacks the cnn's parameter count"
