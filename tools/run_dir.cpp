@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 
@@ -33,54 +34,38 @@ std::string shown(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+// The settings that decide a run's numbers, one list for both directions: f(key, member) for each
+// (Args is TrainArgs or const TrainArgs).
+template <class Args, class F>
+void for_each_setting(Args& a, F&& f) {
+  f("model", a.model);
+  f("data", a.data);
+  f("epochs", a.epochs);
+  f("batch_size", a.batch_size);
+  f("optimizer", a.optimizer);
+  f("lr", a.lr);
+  f("momentum", a.momentum);
+  f("weight_decay", a.weight_decay);
+  f("schedule", a.schedule);
+  f("label_smoothing", a.label_smoothing);
+  f("augment", a.augment);
+  f("seed", a.seed);
+  f("train_samples", a.train_samples);
+  f("validation_split", a.validation_split);
+}
+
 void assign(TrainArgs& a, const std::string& key, const nlohmann::json& v) {
-  if (key == "model")
-    a.model = v.get<std::string>();
-  else if (key == "data")
-    a.data = v.get<std::string>();
-  else if (key == "epochs")
-    a.epochs = v.get<int>();
-  else if (key == "batch_size")
-    a.batch_size = v.get<int64_t>();
-  else if (key == "optimizer")
-    a.optimizer = v.get<std::string>();
-  else if (key == "lr")
-    a.lr = v.get<double>();
-  else if (key == "momentum")
-    a.momentum = v.get<double>();
-  else if (key == "weight_decay")
-    a.weight_decay = v.get<double>();
-  else if (key == "schedule")
-    a.schedule = v.get<std::string>();
-  else if (key == "label_smoothing")
-    a.label_smoothing = v.get<double>();
-  else if (key == "augment")
-    a.augment = v.get<bool>();
-  else if (key == "seed")
-    a.seed = v.get<uint64_t>();
-  else if (key == "train_samples")
-    a.train_samples = v.get<int64_t>();
-  else if (key == "validation_split")
-    a.validation_split = v.get<double>();
+  for_each_setting(a, [&](const char* name, auto& member) {
+    if (key == name) member = v.get<std::decay_t<decltype(member)>>();
+  });
 }
 
 }  // namespace
 
 nlohmann::json run_settings(const TrainArgs& a) {
-  return {{"model", a.model},
-          {"data", a.data},
-          {"epochs", a.epochs},
-          {"batch_size", a.batch_size},
-          {"optimizer", a.optimizer},
-          {"lr", a.lr},
-          {"momentum", a.momentum},
-          {"weight_decay", a.weight_decay},
-          {"schedule", a.schedule},
-          {"label_smoothing", a.label_smoothing},
-          {"augment", a.augment},
-          {"seed", a.seed},
-          {"train_samples", a.train_samples},
-          {"validation_split", a.validation_split}};
+  nlohmann::json j = nlohmann::json::object();
+  for_each_setting(a, [&](const char* name, const auto& member) { j[name] = member; });
+  return j;
 }
 
 std::vector<std::string> previous_run_files(const std::string& dir) {
