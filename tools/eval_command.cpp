@@ -4,6 +4,7 @@
 #include "kiln/kiln.h"
 #include "tools/datasets.h"
 #include "tools/report.h"
+#include "tools/run_dir.h"
 #include "tools/train_command.h"
 
 namespace kiln::cli {
@@ -14,25 +15,26 @@ int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_
     throw Error("[kiln eval] expected a training directory written by `kiln train --out " + dir +
                 "`, but " + ckpt + " does not exist");
   const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
-  const auto& args = meta.at("args");
-  const std::string data = args.at("data"), model_name = args.at("model");
-  ImageData d =
-      load_image_data(data, data_dir.empty() ? args.at("data_dir").get<std::string>() : data_dir,
-                      /*with_train=*/false);  // only the test split is evaluated
-  auto model = nn::make_model(model_name, d.info.channels, d.info.image_size, d.info.classes());
+  const RecordedRun run = recorded_run(meta);
+  DataArgs data = run.data;
+  if (!data_dir.empty()) data.dir = data_dir;
+  // Only the test split is evaluated, prepared with the training run's normalization.
+  RunData d = load_run_data(data, /*with_train=*/false, &run.info);
+  auto model = make_model_for(run.model, run.info);
   train::load_checkpoint_weights(ckpt, *model);
   data::DataLoader loader(d.test, {.batch_size = batch_size});
-  const TestReport report = evaluate_classifier(*model, loader, d.info.class_names);
+  const TestReport report = evaluate_classifier(*model, loader, run.info.class_names);
   report.print(std::cout);
-  std::cout << fmt::format("{} on {} (test split): accuracy {:.2f}%, loss {:.4f}, {} images\n",
-                           model_name, data, 100.0 * report.accuracy, report.loss, report.samples);
+  std::cout << fmt::format("{} on {} ({}): accuracy {:.2f}%, loss {:.4f}, {} samples\n", run.model,
+                           data.name, d.test_name, 100.0 * report.accuracy, report.loss,
+                           report.samples);
   return 0;
 }
 
 int run_summary(const std::string& model, const std::string& data) {
   const DataInfo info = data_info(data);
-  auto m = nn::make_model(model, info.channels, info.image_size, info.classes());
-  std::cout << nn::summary(*m, {info.channels, info.image_size, info.image_size});
+  auto m = make_model_for(model, info);
+  std::cout << nn::summary(*m, info.input_shape());
   return 0;
 }
 

@@ -4,9 +4,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "kiln/core/error.h"
+#include "tools/config_file.h"
 #include "tools/flag_checks.h"
+#include "tools/predict_command.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -27,10 +32,34 @@ int main(int argc, char** argv) {
   train->add_option("--model", t.model, "mlp, cnn or resnet18")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet18"}))
       ->capture_default_str();
-  train->add_option("--data", t.data, "dataset name")
-      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
+  train
+      ->add_option("--data", t.data,
+                   "fashion-mnist, cifar10, image-folder (your images: a subfolder per class) or "
+                   "csv (your table: numeric columns and a label column)")
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "image-folder", "csv"}))
       ->capture_default_str();
-  train->add_option("--data-dir", t.data_dir, "directory of the dataset's files");
+  train->add_option("--data-dir", t.data_dir,
+                    "directory of the dataset's files; for image-folder the directory of class "
+                    "folders (or of train/ and test/ ones); for csv the file");
+  train->add_option("--image-size", t.image_size, "image-folder: images become N x N")
+      ->check(CLI::Range(int64_t{8}, int64_t{1024}))
+      ->capture_default_str();
+  train->add_option("--channels", t.channels, "image-folder: 1 (grayscale) or 3 (RGB)")
+      ->check(CLI::IsMember({1, 3}))
+      ->capture_default_str();
+  train
+      ->add_option("--resize", t.resize,
+                   "image-folder: stretch (to N x N) or crop (shorter side to N, centre square)")
+      ->check(CLI::IsMember({"stretch", "crop"}))
+      ->capture_default_str();
+  train->add_option("--label-column", t.label_column, "csv: the column holding class labels 0..K-1")
+      ->capture_default_str();
+  train
+      ->add_option("--test-split", t.test_split,
+                   "image-folder without test/ and csv: this fraction, drawn with --seed, is held "
+                   "out as the test split")
+      ->check(number_in(0.01, 0.9))
+      ->capture_default_str();
   train->add_option("--epochs", t.epochs, "epochs to train (in total, when resuming)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -74,6 +103,30 @@ int main(int argc, char** argv) {
                    "hold out this last fraction of the training split for validation (Keras' "
                    "validation_split); 0 validates on the test split")
       ->check(number_in(0.0, 0.99));
+  train
+      ->add_option("--monitor", t.monitor,
+                   "the metric --early-stopping and --reduce-lr-on-plateau watch: val_loss, "
+                   "val_accuracy, loss, accuracy")
+      ->capture_default_str();
+  train
+      ->add_option("--early-stopping", t.early_stopping,
+                   "stop after this many epochs without improvement of --monitor (0: off)")
+      ->check(CLI::Range(0, 100000));
+  train->add_option("--checkpoint-best", t.checkpoint_best,
+                    "keep the weights of the epoch with the best value of this metric (val_loss, "
+                    "val_accuracy, ...) in best.safetensors");
+  train
+      ->add_option("--reduce-lr-on-plateau", t.reduce_lr_on_plateau,
+                   "multiply the lr by --lr-factor after this many epochs without improvement of "
+                   "--monitor (0: off)")
+      ->check(CLI::Range(0, 100000));
+  train->add_option("--lr-factor", t.lr_factor, "the factor of --reduce-lr-on-plateau")
+      ->check(number_in(0.001, 0.999))
+      ->capture_default_str();
+  std::string config_path;
+  train->add_option("--config", config_path,
+                    "read settings from a JSON file ({\"lr\": 0.01, \"batch_size\": 64, ...}, or "
+                    "a run's config.json); flags on the command line win");
   train->add_option("--out", t.out, "directory for the checkpoint, weights, curves and logs")
       ->capture_default_str();
   train->add_flag("--resume", t.resume,
@@ -95,6 +148,25 @@ int main(int argc, char** argv) {
   eval->add_option("--data-dir", eval_data_dir, "override the dataset directory");
   eval->add_option("--batch-size", eval_batch, "samples per batch")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+
+  kiln::cli::PredictArgs p;
+  CLI::App* predict = app.add_subcommand(
+      "predict",
+      "classify new inputs with a trained run's model (top-k classes and probabilities)");
+  predict->add_option("dir", p.dir, "the --out directory of a training run")->required();
+  predict
+      ->add_option("--input", p.inputs,
+                   "images (.png, .jpg), .npy arrays or .csv rows, or directories of them")
+      ->required();
+  predict->add_option("--top-k", p.top_k, "classes shown per input")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
+  predict->add_option("--out", p.out, "also write the predictions to a .json or .csv file");
+  predict->add_option("--weights", p.weights,
+                      "weights to use instead of the run's last ones (e.g. DIR/best.safetensors)");
+  predict->add_option("--batch-size", p.batch_size, "inputs per forward pass")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
 
   std::string summary_model = "cnn", summary_data = "fashion-mnist";
   CLI::App* summary = app.add_subcommand("summary", "print a model's layers, shapes and sizes");
@@ -128,12 +200,47 @@ int main(int argc, char** argv) {
                    "hoist, remat)")
       ->delimiter(',');
 
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+
+  // --config: the file's settings become arguments before the typed ones (tools/config_file.h).
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() > 2 && args[1] == "train") {
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--config" && i + 1 < args.size())
+        config_path = args[i + 1];
+      else if (args[i].rfind("--config=", 0) == 0)
+        config_path = args[i].substr(9);
+    }
+    if (!config_path.empty()) {
+      std::set<std::string> flags;
+      for (const CLI::Option* o : train->get_options())
+        if (!o->get_lnames().empty()) flags.insert("--" + o->get_lnames().front());
+      try {
+        const std::vector<std::string> from_file = kiln::cli::config_arguments(
+            config_path, flags, std::vector<std::string>(args.begin() + 2, args.end()));
+        args.insert(args.begin() + 2, from_file.begin(), from_file.end());
+      } catch (const kiln::Error& e) {
+        std::cerr << "kiln: " << kiln::cli::without_call_site(e.what()) << '\n';
+        return 1;
+      }
+    }
+  }
+  std::vector<char*> arg_pointers;
+  for (std::string& arg : args) arg_pointers.push_back(arg.data());
+  try {
+    app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    if (code != 0 && !config_path.empty())
+      std::cerr << "kiln: (the settings of --config " << config_path << " are read as flags)\n";
+    return code;
+  }
   for (const CLI::Option* o : train->get_options())
     if (o->count() > 0) t.given.insert(o->get_name());
   try {
     if (*train) return kiln::cli::run_train(t);
     if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);
+    if (*predict) return kiln::cli::run_predict(p);
     if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);
   } catch (const kiln::Error& e) {

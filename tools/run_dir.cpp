@@ -16,9 +16,9 @@ namespace {
 // What a run writes into its directory; the first four hold its results. The others are written
 // again by any run, so alone (a run killed in its first epoch) they protect nothing.
 const std::vector<std::string>& run_file_names() {
-  static const std::vector<std::string> names = {"checkpoint",   "history.csv", "model.safetensors",
-                                                 "metrics.json", "config.json", "curves.svg",
-                                                 "summary.txt"};
+  static const std::vector<std::string> names = {
+      "checkpoint", "history.csv", "model.safetensors", "metrics.json",    "config.json",
+      "curves.svg", "summary.txt", "steps.csv",         "validation.json", "best.safetensors"};
   return names;
 }
 constexpr size_t kResultFiles = 4;
@@ -40,6 +40,11 @@ template <class Args, class F>
 void for_each_setting(Args& a, F&& f) {
   f("model", a.model);
   f("data", a.data);
+  f("image_size", a.image_size);
+  f("channels", a.channels);
+  f("resize", a.resize);
+  f("label_column", a.label_column);
+  f("test_split", a.test_split);
   f("epochs", a.epochs);
   f("batch_size", a.batch_size);
   f("optimizer", a.optimizer);
@@ -52,6 +57,11 @@ void for_each_setting(Args& a, F&& f) {
   f("seed", a.seed);
   f("train_samples", a.train_samples);
   f("validation_split", a.validation_split);
+  f("monitor", a.monitor);
+  f("early_stopping", a.early_stopping);
+  f("checkpoint_best", a.checkpoint_best);
+  f("reduce_lr_on_plateau", a.reduce_lr_on_plateau);
+  f("lr_factor", a.lr_factor);
 }
 
 void assign(TrainArgs& a, const std::string& key, const nlohmann::json& v) {
@@ -109,6 +119,34 @@ std::vector<std::string> adopt_recorded_settings(TrainArgs& a, const nlohmann::j
     }
   }
   return changes;
+}
+
+DataArgs data_args(const TrainArgs& a) {
+  return DataArgs{a.data,   a.data_dir,     a.image_size, a.channels,
+                  a.resize, a.label_column, a.test_split, a.seed};
+}
+
+RecordedRun recorded_run(const nlohmann::json& meta) {
+  if (!meta.contains("args") || !meta["args"].is_object())
+    throw Error(
+        "[kiln] expected the checkpoint's metadata to record the run's settings "
+        "(\"args\"), but it does not");
+  TrainArgs a;
+  const nlohmann::json& recorded = meta["args"];
+  try {
+    for (const auto& [key, value] : recorded.items()) assign(a, key, value);
+    a.data_dir = recorded.value("data_dir", std::string());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(
+        std::string("[kiln] expected the run's recorded settings to be well formed, but: ") +
+        e.what());
+  }
+  RecordedRun run;
+  run.model = a.model;
+  run.data = data_args(a);
+  run.info =
+      meta.contains("data_info") ? DataInfo::from_json(meta["data_info"]) : data_info(a.data);
+  return run;
 }
 
 }  // namespace kiln::cli

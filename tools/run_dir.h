@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/datasets.h"
 #include "tools/train_command.h"
 
 namespace kiln::cli {
@@ -29,5 +30,18 @@ void remove_stale_temporaries(const std::string& dir);
 // changes; the caller refuses them without --override.
 std::vector<std::string> adopt_recorded_settings(TrainArgs& a, const nlohmann::json& recorded,
                                                  const std::string& dir);
+
+// Where the run's data comes from, from its flags.
+DataArgs data_args(const TrainArgs& a);
+
+// What eval and predict need of a run's record (its checkpoint's metadata): the model's name, where
+// the data came from and how inputs were prepared. Runs recorded before "data_info" existed get
+// their known dataset's DataInfo.
+struct RecordedRun {
+  std::string model;
+  DataArgs data;
+  DataInfo info;
+};
+RecordedRun recorded_run(const nlohmann::json& checkpoint_metadata);
 
 }  // namespace kiln::cli

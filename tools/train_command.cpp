@@ -18,6 +18,7 @@
 #include "tools/interrupt.h"
 #include "tools/report.h"
 #include "tools/run_dir.h"
+#include "tools/run_logs.h"
 
 namespace kiln::cli {
 namespace {
@@ -66,31 +67,6 @@ nlohmann::json args_json(const TrainArgs& a) {
   return j;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  io::write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()},
-                        "kiln");
-}
-
-// history.csv, written whole (atomically) from the history the checkpoint holds, right after the
-// checkpoint: a kill between the two can no longer lose a row, and a resume rewrites it from the
-// checkpoint. Epochs are numbered from 1, as the progress bar counts them.
-void write_history_csv(const std::string& path, const train::History& h) {
-  std::string text = "epoch";
-  size_t rows = 0;
-  for (const auto& [name, values] : h.metrics) {
-    text += "," + name;
-    rows = std::max(rows, values.size());
-  }
-  text += "\n";
-  for (size_t r = 0; r < rows; ++r) {
-    text += std::to_string(r + 1);
-    for (const auto& [name, values] : h.metrics)
-      text += r < values.size() ? fmt::format(",{}", values[r]) : ",";
-    text += "\n";
-  }
-  write_text(path, text);
-}
-
 // What Ctrl-C prints once `epochs_done` epochs are in the checkpoint.
 std::string interrupt_message(const TrainArgs& a, int epochs_done) {
   const std::string ckpt = (fs::path(a.out) / "checkpoint").string();
@@ -105,21 +81,26 @@ std::string interrupt_message(const TrainArgs& a, int epochs_done) {
       epochs_done, a.epochs, ckpt, a.out);
 }
 
-// Saves the full training state after every epoch, steps the LR schedule and keeps the history
-// (including epochs from before a resume) for the checkpoint's metadata.
+// Saves the full training state after every epoch (with the state of the callbacks that decide
+// over epochs, and why training stopped early), steps the LR schedule, keeps the history
+// (including epochs from before a resume) and rewrites history.csv and curves.svg from it. Added
+// after every other callback, so that what it saves includes their decisions for the epoch.
 class EpochState final : public train::Callback {
  public:
-  EpochState(const TrainArgs& args, std::string dir, std::string csv, nn::Module& model,
+  EpochState(const TrainArgs& args, fs::path out, const DataInfo& info, nn::Module& model,
              optim::Optimizer& opt, optim::LRScheduler* schedule, bool per_batch,
-             train::History history)
+             train::History history, std::vector<std::shared_ptr<train::Callback>> stateful,
+             std::shared_ptr<train::EarlyStopping> early)
       : args_(args),
-        dir_(std::move(dir)),
-        csv_(std::move(csv)),
+        out_(std::move(out)),
+        info_(info),
         model_(model),
         opt_(opt),
         schedule_(schedule),
         per_batch_(per_batch),
-        history_(std::move(history)) {}
+        history_(std::move(history)),
+        stateful_(std::move(stateful)),
+        early_(std::move(early)) {}
 
   bool on_batch_end(int64_t, const train::Logs&) override {
     ++step_;
@@ -130,10 +111,14 @@ class EpochState final : public train::Callback {
   bool on_epoch_end(int epoch, const train::Logs& logs) override {
     if (schedule_ != nullptr && !per_batch_) schedule_->step();
     for (const auto& [name, value] : logs) history_.metrics[name].push_back(value);
-    nlohmann::json meta = {{"args", args_json(args_)}, {"history", history_.metrics}};
-    train::save_checkpoint(dir_, model_, opt_, schedule_,
+    nlohmann::json meta = {
+        {"args", args_json(args_)}, {"data_info", info_.to_json()}, {"history", history_.metrics}};
+    for (const auto& callback : stateful_) meta["callbacks"][callback->name()] = callback->state();
+    if (early_ && early_->stopped_epoch() == epoch) meta["stop_reason"] = early_->stop_reason();
+    train::save_checkpoint((out_ / "checkpoint").string(), model_, opt_, schedule_,
                            train::CheckpointState{epoch + 1, step_, meta});
-    write_history_csv(csv_, history_);
+    write_history_csv((out_ / "history.csv").string(), history_);
+    train::write_training_curves(history_, (out_ / "curves.svg").string());
     on_interrupt_say(interrupt_message(args_, epoch + 1));
     return false;
   }
@@ -143,12 +128,15 @@ class EpochState final : public train::Callback {
 
  private:
   const TrainArgs& args_;
-  std::string dir_, csv_;
+  fs::path out_;
+  DataInfo info_;
   nn::Module& model_;
   optim::Optimizer& opt_;
   optim::LRScheduler* schedule_;
   bool per_batch_;
   train::History history_;
+  std::vector<std::shared_ptr<train::Callback>> stateful_;
+  std::shared_ptr<train::EarlyStopping> early_;
   int64_t step_ = 0;
 };
 
@@ -159,12 +147,96 @@ std::shared_ptr<const data::Dataset> augmented(std::shared_ptr<const data::Datas
   return std::make_shared<data::TransformDataset>(std::move(ds), stages);
 }
 
+// The metrics a run's epoch logs hold, which --monitor and --checkpoint-best may name.
+const std::vector<std::string>& epoch_metrics() {
+  static const std::vector<std::string> names = {"val_loss", "val_accuracy", "loss", "accuracy"};
+  return names;
+}
+
+void check_callback_flags(const TrainArgs& a) {
+  for (const auto& [flag, value] :
+       {std::pair{"--monitor", a.monitor}, std::pair{"--checkpoint-best", a.checkpoint_best}}) {
+    if (value.empty() && std::string(flag) == "--checkpoint-best") continue;
+    if (std::find(epoch_metrics().begin(), epoch_metrics().end(), value) == epoch_metrics().end())
+      throw Error(fmt::format("[kiln train] expected {} {}, but got \"{}\"", flag,
+                              fmt::join(epoch_metrics(), ", "), value));
+  }
+  if (a.reduce_lr_on_plateau > 0 && a.schedule != "constant")
+    throw Error(
+        "[kiln train] --reduce-lr-on-plateau sets the learning rate itself; it cannot be "
+        "combined with --schedule " +
+        a.schedule);
+  if (a.augment && a.data == "csv")
+    throw Error("[kiln train] --augment crops and flips images; --data csv has none");
+}
+
+// The callbacks the flags ask for, in the order fit calls them; those that carry state from epoch
+// to epoch also go into `stateful` (saved in the checkpoint, restored on resume).
+struct RunCallbacks {
+  std::vector<std::shared_ptr<train::Callback>> all, stateful;
+  std::shared_ptr<train::EarlyStopping> early;
+};
+
+RunCallbacks make_callbacks(const TrainArgs& a, const fs::path& out, const RunData& d,
+                            int64_t resumed_step) {
+  RunCallbacks c;
+  c.all.push_back(std::make_shared<StepsCsv>((out / "steps.csv").string(), resumed_step));
+  c.all.push_back(std::make_shared<ValidationReport>((out / "validation.json").string(),
+                                                     a.validation_split > 0 ? "validation" : "test",
+                                                     d.info.class_names));
+  if (a.early_stopping > 0) {
+    c.early = std::make_shared<train::EarlyStopping>(a.monitor, a.early_stopping);
+    c.all.push_back(c.early);
+    c.stateful.push_back(c.early);
+  }
+  if (a.reduce_lr_on_plateau > 0) {
+    auto plateau = std::make_shared<train::ReduceLROnPlateau>(
+        a.monitor, a.lr_factor, a.reduce_lr_on_plateau, 1e-4, 0, 0.0, "auto", &std::cout);
+    c.all.push_back(plateau);
+    c.stateful.push_back(plateau);
+  }
+  if (!a.checkpoint_best.empty()) {
+    auto best = std::make_shared<train::ModelCheckpoint>((out / "best.safetensors").string(),
+                                                         a.checkpoint_best, true);
+    c.all.push_back(best);
+    c.stateful.push_back(best);
+  }
+  return c;
+}
+
+// Reads the recorded run in `out` for --resume: adopts its settings (refusing changed ones
+// without --override) and returns the epochs it was set up for.
+int adopt_recorded_run(TrainArgs& a, const std::string& ckpt, const fs::path& out) {
+  const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
+  const int recorded_epochs = meta.at("args").value("epochs", a.epochs);
+  const std::vector<std::string> changes =
+      adopt_recorded_settings(a, meta.at("args"), out.string());
+  if (!changes.empty() && !a.override_settings)
+    throw Error(fmt::format(
+        "[kiln train] --resume: {} was trained with other settings: {}. A resumed run takes "
+        "its settings from the run's record, so leave these flags out, or pass --override to "
+        "continue with the new values",
+        out.string(), fmt::join(changes, ", ")));
+  if (!changes.empty())
+    std::cout << fmt::format("Continuing with changed settings (--override): {}\n",
+                             fmt::join(changes, ", "));
+  if (a.epochs != recorded_epochs && a.schedule != "constant" && !a.override_settings)
+    throw Error(fmt::format(
+        "[kiln train] --resume: --schedule {} spans the run's --epochs {}; continuing to {} "
+        "epochs would train the extra ones past the schedule's end. Pass --override to place "
+        "the run on a {}-epoch schedule from here (the learning rate moves to where that "
+        "schedule is now), or train a new run with --epochs {}",
+        a.schedule, recorded_epochs, a.epochs, a.epochs, a.epochs));
+  return recorded_epochs;
+}
+
 }  // namespace
 
 int run_train(const TrainArgs& args) {
   TrainArgs a = args;
   if (a.epochs < 1)
     throw Error("[kiln train] expected --epochs >= 1, but got " + std::to_string(a.epochs));
+  check_callback_flags(a);
   if (a.threads > 0) set_num_threads(a.threads);
   const fs::path out(a.out);
   const std::string ckpt = (out / "checkpoint").string();
@@ -182,41 +254,17 @@ int run_train(const TrainArgs& args) {
   if (!resuming && a.overwrite) remove_run_files(out.string());
   fs::create_directories(out);
   remove_stale_temporaries(out.string());
-  int recorded_epochs = a.epochs;
-  if (resuming) {
-    const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
-    recorded_epochs = meta.at("args").value("epochs", a.epochs);
-    const std::vector<std::string> changes =
-        adopt_recorded_settings(a, meta.at("args"), out.string());
-    if (!changes.empty() && !a.override_settings)
-      throw Error(fmt::format(
-          "[kiln train] --resume: {} was trained with other settings: {}. A resumed run takes "
-          "its settings from the run's record, so leave these flags out, or pass --override to "
-          "continue with the new values",
-          out.string(), fmt::join(changes, ", ")));
-    if (!changes.empty())
-      std::cout << fmt::format("Continuing with changed settings (--override): {}\n",
-                               fmt::join(changes, ", "));
-    if (a.epochs != recorded_epochs && a.schedule != "constant" && !a.override_settings)
-      throw Error(fmt::format(
-          "[kiln train] --resume: --schedule {} spans the run's --epochs {}; continuing to {} "
-          "epochs would train the extra ones past the schedule's end. Pass --override to place "
-          "the run on a {}-epoch schedule from here (the learning rate moves to where that "
-          "schedule is now), or train a new run with --epochs {}",
-          a.schedule, recorded_epochs, a.epochs, a.epochs, a.epochs));
-  }
+  const int recorded_epochs = resuming ? adopt_recorded_run(a, ckpt, out) : a.epochs;
+  check_callback_flags(a);
 
-  ImageData d = load_image_data(a.data, a.data_dir);
+  RunData d = load_run_data(data_args(a));
   if (a.train_samples > 0 && a.train_samples < d.train->size())
-    d.train =
-        std::make_shared<data::TensorDataset>(d.train->data().narrow(0, 0, a.train_samples),
-                                              d.train->target().narrow(0, 0, a.train_samples));
+    d.train = std::make_shared<data::Subset>(d.train, 0, a.train_samples);
   manual_seed(a.seed);
-  auto model = nn::make_model(a.model, d.info.channels, d.info.image_size, d.info.classes());
-  const std::string summary =
-      nn::summary(*model, {d.info.channels, d.info.image_size, d.info.image_size});
+  auto model = make_model_for(a.model, d.info);
+  const std::string summary = nn::summary(*model, d.info.input_shape());
   std::cout << summary;
-  write_text(out / "summary.txt", summary);
+  write_text((out / "summary.txt").string(), summary);
 
   // Validation data: the test split (monitoring only), or Keras-style the last
   // --validation-split of the training split, which then is not trained on.
@@ -236,8 +284,9 @@ int run_train(const TrainArgs& args) {
   int initial_epoch = 0;
   int64_t step = 0;
   train::History history;
+  nlohmann::json meta;
   if (resuming) {
-    const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
+    meta = train::read_checkpoint_metadata(ckpt);
     // A schedule whose length changed is rebuilt at its new length, not restored.
     const bool restretch = schedule != nullptr && a.epochs != recorded_epochs;
     const train::CheckpointState state =
@@ -254,56 +303,72 @@ int run_train(const TrainArgs& args) {
 
   // Recorded once the data loaded and the model was built: a run that failed to start leaves
   // nothing that would block the next one.
-  write_text(out / "config.json", nlohmann::json{{"settings", args_json(a)}}.dump(2) + "\n");
+  write_text(
+      (out / "config.json").string(),
+      nlohmann::json{{"settings", args_json(a)}, {"data_info", d.info.to_json()}}.dump(2) + "\n");
   train::Trainer trainer(*model, *opt,
                          [&](const Tensor& logits, const Tensor& target) {
                            return cross_entropy(logits, target, Tensor(), -100, Reduction::Mean,
                                                 a.label_smoothing);
                          },
                          {"accuracy"});
-  const std::string csv = (out / "history.csv").string();
-  if (initial_epoch > 0) write_history_csv(csv, history);  // repairs a row a kill lost
+  if (initial_epoch > 0)  // repairs a row a kill lost
+    write_history_csv((out / "history.csv").string(), history);
   on_interrupt_say(interrupt_message(a, initial_epoch));
-  auto state =
-      std::make_shared<EpochState>(a, ckpt, csv, *model, *opt, schedule.get(), per_batch, history);
+  RunCallbacks callbacks = make_callbacks(a, out, d, step);
+  for (const auto& callback : callbacks.stateful)
+    if (meta.contains("callbacks") && meta["callbacks"].contains(callback->name()))
+      callback->load_state(meta["callbacks"][callback->name()]);
+  for (const auto& callback : callbacks.all) trainer.add_callback(callback);
+  auto state = std::make_shared<EpochState>(a, out, d.info, *model, *opt, schedule.get(), per_batch,
+                                            history, callbacks.stateful, callbacks.early);
   state->set_step(step);
-  trainer.add_callback(state);
+  trainer.add_callback(state);  // last: it saves what the others decided
 
-  const auto start = std::chrono::steady_clock::now();
   train::FitOptions fit_options;
   fit_options.epochs = a.epochs;
   fit_options.initial_epoch = initial_epoch;
+  if (meta.contains("stop_reason") && !a.override_settings) {
+    std::cout << "The run stopped early after epoch " << initial_epoch << ": "
+              << meta["stop_reason"].get<std::string>()
+              << "; nothing more to train (pass --override with other --early-stopping or "
+                 "--epochs to continue)\n";
+    fit_options.initial_epoch = a.epochs;
+  }
   fit_options.validation = &val_loader;
   fit_options.is_tty = isatty(STDOUT_FILENO) != 0;
   winsize size{};
   if (fit_options.is_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0)
     fit_options.columns = size.ws_col;
   fit_options.compile = a.compile;
-  trainer.fit(train_loader, fit_options);
+  fit_options.log_lr = true;
+  const auto start = std::chrono::steady_clock::now();
+  const train::History fitted = trainer.fit(train_loader, fit_options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const TestReport report = evaluate_classifier(*model, test_loader, d.info.class_names);
   io::save_safetensors((out / "model.safetensors").string(), model->state_dict(),
                        {{"model", a.model}, {"data", a.data}});
-  train::write_training_curves(state->history(), (out / "curves.svg").string());
-  const int epochs_run = a.epochs - initial_epoch;
-  nlohmann::json metrics = {{"test", report.to_json()},
-                            {"train_seconds", seconds},
-                            {"epochs_run", epochs_run},
-                            {"args", args_json(a)},
-                            {"threads", get_num_threads()}};
-  write_text(out / "metrics.json", metrics.dump(2) + "\n");
+  if (!state->history().metrics.empty())
+    train::write_training_curves(state->history(), (out / "curves.svg").string());
+  const int epochs_run = static_cast<int>(fitted.epoch.size());
+  nlohmann::json metrics = {{"test", report.to_json()}, {"test_name", d.test_name},
+                            {"train_seconds", seconds}, {"epochs_run", epochs_run},
+                            {"args", args_json(a)},     {"threads", get_num_threads()}};
+  if (!fitted.stop_reason.empty()) metrics["stop_reason"] = fitted.stop_reason;
+  write_text((out / "metrics.json").string(), metrics.dump(2) + "\n");
 
   report.print(std::cout);
   if (epochs_run > 0)
     std::cout << fmt::format("Trained {} epoch(s) in {:.1f} s ({:.1f} s/epoch)\n", epochs_run,
                              seconds, seconds / epochs_run);
-  std::cout << fmt::format("Test accuracy: {:.2f}% (loss {:.4f}, {} images)\n",
-                           100.0 * report.accuracy, report.loss, report.samples);
+  std::cout << fmt::format("Test accuracy: {:.2f}% (loss {:.4f}, {} samples, {})\n",
+                           100.0 * report.accuracy, report.loss, report.samples, d.test_name);
   std::cout << "Saved in " << out.string()
-            << "/: model.safetensors, checkpoint/, history.csv, curves.svg, summary.txt, "
-               "metrics.json\n";
+            << "/: model.safetensors, checkpoint/, history.csv, steps.csv, curves.svg, "
+               "summary.txt, validation.json, metrics.json, config.json"
+            << (a.checkpoint_best.empty() ? "" : ", best.safetensors") << "\n";
   return 0;
 }
 

@@ -9,8 +9,13 @@ namespace kiln::cli {
 // `kiln train`'s flags (see tools/kiln_main.cpp for their help texts).
 struct TrainArgs {
   std::string model = "cnn";
-  std::string data = "fashion-mnist";
-  std::string data_dir;  // empty: the dataset's default directory
+  std::string data = "fashion-mnist";  // or cifar10, image-folder, csv
+  std::string data_dir;                // empty: the dataset's default directory
+  int64_t image_size = 32;             // image-folder
+  int64_t channels = 3;                // image-folder
+  std::string resize = "stretch";      // image-folder
+  std::string label_column = "label";  // csv
+  double test_split = 0.2;             // image-folder without test/, csv
   int epochs = 2;
   int64_t batch_size = 128;
   std::string optimizer = "adam";
@@ -23,9 +28,14 @@ struct TrainArgs {
   int workers = 1;
   int threads = 0;  // 0: all cores
   uint64_t seed = 0;
-  int64_t train_samples = 0;
-  double validation_split = 0.0;  // 0: validate on the test split  // 0: the whole training split;
-                                  // else its first N samples
+  int64_t train_samples = 0;      // 0: the whole training split; else its first N samples
+  double validation_split = 0.0;  // 0: validate on the test split
+  // Callbacks (0 / empty: off). --monitor is what early stopping and the plateau watch.
+  std::string monitor = "val_loss";
+  int early_stopping = 0;        // patience in epochs
+  std::string checkpoint_best;   // metric whose best epoch's weights go to best.safetensors
+  int reduce_lr_on_plateau = 0;  // patience in epochs
+  double lr_factor = 0.1;        // the plateau multiplies the lr by this
   std::string out = "out/cnn";
   bool resume = false;
   bool overwrite = false;          // replace an earlier run in --out

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "kiln/data/dataset.h"
 
@@ -28,5 +29,29 @@ class Subset final : public Dataset {
 // Returns {train, validation}.
 std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> validation_split(
     std::shared_ptr<const Dataset> dataset, double fraction, const Loc& loc = Loc::current());
+
+// The samples of `base` at `indices` (each in [0, base.size())), in that order; like Subset the
+// base sees its own index in the SampleContext.
+class IndexSubset final : public Dataset {
+ public:
+  IndexSubset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices,
+              const Loc& loc = Loc::current());
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+  Example get_sample(int64_t index, const SampleContext& ctx) const override;
+  const std::vector<int64_t>& indices() const { return indices_; }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  std::vector<int64_t> indices_;
+};
+
+// torch.utils.data.random_split's idea for a held-out part: a permutation of the sample indices
+// drawn from `seed` alone (a Fisher-Yates shuffle over std::mt19937_64, so the same on every run
+// and machine), whose first ceil(size * fraction) indices, sorted, are the held-out part and the
+// rest, sorted, the other. fraction must lie in (0, 1) and leave both parts non-empty.
+// Returns {rest, held_out}.
+std::pair<std::shared_ptr<IndexSubset>, std::shared_ptr<IndexSubset>> random_split(
+    std::shared_ptr<const Dataset> dataset, double fraction, uint64_t seed,
+    const Loc& loc = Loc::current());
 
 }  // namespace kiln::data

@@ -54,6 +54,15 @@ void log_lr(optim::Optimizer& optimizer, Logs& logs) {
   if (!optimizer.param_groups().empty()) logs["lr"] = optimizer.param_groups()[0].lr();
 }
 
+// A state for load_state must be an object holding `keys` (values are checked when read).
+void check_state(const char* op, const nlohmann::json& state,
+                 std::initializer_list<const char*> keys, const Loc& loc) {
+  if (!state.is_object()) fail(op, loc, "expected a state object, but got {}", state.dump());
+  for (const char* key : keys)
+    if (!state.contains(key))
+      fail(op, loc, "expected a state with \"{}\", but got {}", key, state.dump());
+}
+
 }  // namespace
 
 // --- Callback --------------------------------------------------------------------------------
@@ -104,6 +113,21 @@ void EarlyStopping::on_train_begin() {
   has_best_ = false;
   restored_ = false;
   best_weights_.clear();
+  if (pending_state_.is_null()) return;
+  wait_ = pending_state_.at("wait").get<int>();
+  has_best_ = pending_state_.at("has_best").get<bool>();
+  best_ = pending_state_.at("best").get<double>();
+  best_epoch_ = pending_state_.at("best_epoch").get<int>();
+  pending_state_ = nullptr;
+}
+
+nlohmann::json EarlyStopping::state() const {
+  return {{"wait", wait_}, {"has_best", has_best_}, {"best", best_}, {"best_epoch", best_epoch_}};
+}
+
+void EarlyStopping::load_state(const nlohmann::json& state, const Loc& loc) {
+  check_state("EarlyStopping", state, {"wait", "has_best", "best", "best_epoch"}, loc);
+  pending_state_ = state;
 }
 
 bool EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
@@ -268,6 +292,16 @@ bool ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   return false;
 }
 
+nlohmann::json ModelCheckpoint::state() const {
+  return {{"has_best", has_best_}, {"best", best_}};
+}
+
+void ModelCheckpoint::load_state(const nlohmann::json& state, const Loc& loc) {
+  check_state("ModelCheckpoint", state, {"has_best", "best"}, loc);
+  has_best_ = state.at("has_best").get<bool>();
+  best_ = state.at("best").get<double>();
+}
+
 // --- ReduceLROnPlateau -----------------------------------------------------------------------
 
 ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int patience,
@@ -299,6 +333,20 @@ ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int pat
 void ReduceLROnPlateau::on_train_begin() {
   plateau_ = std::make_unique<optim::ReduceLROnPlateau>(optimizer(where()), options_, where());
   reductions_ = 0;
+  if (pending_state_.is_null()) return;
+  plateau_->load_state_dict(pending_state_.at("plateau"), where());
+  reductions_ = pending_state_.at("reductions").get<int64_t>();
+  pending_state_ = nullptr;
+}
+
+nlohmann::json ReduceLROnPlateau::state() const {
+  if (!plateau_) return pending_state_;
+  return {{"plateau", plateau_->state_dict()}, {"reductions", reductions_}};
+}
+
+void ReduceLROnPlateau::load_state(const nlohmann::json& state, const Loc& loc) {
+  check_state("ReduceLROnPlateau", state, {"plateau", "reductions"}, loc);
+  pending_state_ = state;
 }
 
 void ReduceLROnPlateau::update_logs(int /*epoch*/, Logs& logs) {

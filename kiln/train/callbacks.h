@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,12 +25,18 @@ using Logs = std::map<std::string, double>;
 //   set_context(model, optimizer), then on_train_begin()
 //   for each epoch e (absolute, from 0; a resumed fit starts at FitOptions::initial_epoch):
 //     on_epoch_begin(e)
-//     after each optimizer step: on_batch_end(b, {"loss": that batch's loss}), b from 0 within
-//       the epoch; true ends the epoch after this batch and then training
+//     after each optimizer step: on_batch_end(b, {"loss": that batch's loss, "size": its sample
+//       count, "lr": param group 0's lr during the step}), b from 0 within the epoch; true ends
+//       the epoch after this batch and then training
+//     during validation: on_validation_batch_end(logits, target) for each validation batch
 //     after the progress bar's last line: update_logs(e, logs), where callbacks may add entries
 //       (LearningRateScheduler and ReduceLROnPlateau add "lr"); History records the result
 //     on_epoch_end(e, logs); true stops training after this epoch
 //   on_train_end(the last epoch's logs)
+// Callbacks that decide over several epochs (EarlyStopping, ModelCheckpoint, ReduceLROnPlateau)
+// give their state() as JSON, which a run stores in its checkpoint; load_state() before the next
+// fit continues from it (it is applied after on_train_begin's reset), so a resumed run stops,
+// saves and lowers the lr as the uninterrupted one would.
 // A stop requested mid-epoch still completes the epoch as Keras does: its logs cover the batches
 // that ran, validation runs, and the epoch-end hooks and History see it. Every callback is called
 // even after another one asked to stop. fit does not call on_train_end when it throws.
@@ -50,8 +57,14 @@ class Callback {
   virtual bool on_epoch_end(int /*epoch*/, const Logs& /*logs*/) { return false; }
   // Returning true stops training after this batch (see Note [callback order]).
   virtual bool on_batch_end(int64_t /*batch*/, const Logs& /*batch_logs*/) { return false; }
+  // Called by fit's validation with each batch's logits (eval mode, no grad) and targets.
+  virtual void on_validation_batch_end(const Tensor& /*logits*/, const Tensor& /*target*/) {}
   // Why the callback asked to stop, for History::stop_reason (empty: fit says "<name> stopped").
   virtual std::string stop_reason() const { return {}; }
+  // What the callback carries from epoch to epoch (null: nothing), and its restoration; a state
+  // that does not fit the callback is an Error naming it.
+  virtual nlohmann::json state() const { return nullptr; }
+  virtual void load_state(const nlohmann::json& /*state*/, const Loc& /*loc*/ = Loc::current()) {}
 
   // The trainer's model and optimizer; fit sets them before on_train_begin. Tests that drive a
   // callback by hand set them directly.
@@ -104,6 +117,10 @@ class EarlyStopping final : public Callback {
   bool on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
   std::string stop_reason() const override;
+  // The wait count and the best value and epoch. With restore_best_weights, the best weights
+  // themselves are not part of it: after a resume they are those of the best epoch since.
+  nlohmann::json state() const override;
+  void load_state(const nlohmann::json& state, const Loc& loc = Loc::current()) override;
 
   // The epoch (from 0) at which training was stopped, or -1.
   int stopped_epoch() const { return stopped_epoch_; }
@@ -129,6 +146,7 @@ class EarlyStopping final : public Callback {
   bool has_best_ = false;
   bool restored_ = false;
   nn::StateDict best_weights_;
+  nlohmann::json pending_state_;  // load_state's, applied by on_train_begin
 };
 
 // Saves the model's state_dict as safetensors (atomically) after every epoch, or with
@@ -147,6 +165,9 @@ class ModelCheckpoint final : public Callback {
                            const Loc& loc = Loc::current());
   std::string name() const override { return "ModelCheckpoint"; }
   bool on_epoch_end(int epoch, const Logs& logs) override;
+  // The best monitored value so far.
+  nlohmann::json state() const override;
+  void load_state(const nlohmann::json& state, const Loc& loc = Loc::current()) override;
 
   // The path for `epoch` (from 0) and `logs`.
   std::string format_path(int epoch, const Logs& logs) const;
@@ -191,6 +212,9 @@ class ReduceLROnPlateau final : public Callback {
   void on_train_begin() override;
   void update_logs(int epoch, Logs& logs) override;
   bool on_epoch_end(int epoch, const Logs& logs) override;
+  // optim::ReduceLROnPlateau's state_dict (best, bad epochs, cooldown) and the reduction count.
+  nlohmann::json state() const override;
+  void load_state(const nlohmann::json& state, const Loc& loc = Loc::current()) override;
 
   // The number of epochs at which the lr was lowered during the current fit.
   int64_t reductions() const { return reductions_; }
@@ -203,6 +227,7 @@ class ReduceLROnPlateau final : public Callback {
   std::ostream* verbose_;
   std::unique_ptr<optim::ReduceLROnPlateau> plateau_;
   int64_t reductions_ = 0;
+  nlohmann::json pending_state_;  // load_state's, applied by on_train_begin
 };
 
 // Writes one CSV row per epoch to `path`: the header "epoch<sep><sorted log keys>" (keys fixed

@@ -43,6 +43,11 @@ Tensor total_loss(const LossFn& loss_fn, const nn::Module& model, const Tensor& 
   return penalty.defined() ? add(loss, penalty) : loss;
 }
 
+// Param group 0's learning rate (0 for an optimizer without groups).
+double current_lr(const optim::Optimizer& optimizer) {
+  return optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups()[0].lr();
+}
+
 }  // namespace
 
 int64_t History::epochs() const {
@@ -154,8 +159,10 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
         samples += n;
         logs["loss"] = loss_mean.result();
         for (auto& metric : metrics_) logs[metric->name()] = metric->result();
+        const double lr = current_lr(*optimizer_);
+        if (options.log_lr) logs["lr"] = lr;
         if (bar) bar->update(step, logs, samples);
-        const Logs batch_logs{{"loss", batch_loss}};
+        const Logs batch_logs{{"loss", batch_loss}, {"size", static_cast<double>(n)}, {"lr", lr}};
         for (auto& callback : callbacks_)
           if (callback->on_batch_end(step - 1, batch_logs))
             stop_reasons.push_back(stop_reason(*callback));
@@ -163,9 +170,10 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
       }
       logs["loss"] = loss_mean.result();
       for (auto& metric : metrics_) logs[metric->name()] = metric->result();
+      if (options.log_lr) logs["lr"] = current_lr(*optimizer_);
       if (options.validation != nullptr && bar) bar->validating();
       if (options.validation != nullptr)
-        for (const auto& [name, value] : evaluate(*options.validation, loc))
+        for (const auto& [name, value] : run_evaluation(*options.validation, true, loc))
           logs["val_" + name] = value;
       if (bar) bar->finish(logs, samples);
     }
@@ -189,6 +197,10 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
 
 Logs Trainer::evaluate(data::DataLoader& loader, const Loc& loc) {
   check_compiled("evaluate", loc);
+  return run_evaluation(loader, false, loc);
+}
+
+Logs Trainer::run_evaluation(data::DataLoader& loader, bool notify, const Loc& loc) {
   ModeGuard mode(*model_, /*training=*/false);
   NoGradGuard no_grad;
   Mean loss_mean;
@@ -200,6 +212,8 @@ Logs Trainer::evaluate(data::DataLoader& loader, const Loc& loc) {
     const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
     loss_mean.update(loss.item(loc), static_cast<double>(n));
     for (auto& metric : metrics_) metric->update(logits, batch.target, loc);
+    if (notify)
+      for (auto& callback : callbacks_) callback->on_validation_batch_end(logits, batch.target);
   }
   Logs logs{{"loss", loss_mean.result()}};
   for (auto& metric : metrics_) logs[metric->name()] = metric->result();

@@ -51,6 +51,9 @@ struct FitOptions {
   // gradients; Note [compiled training step]), the optimizer's update eagerly after it. Trains
   // as the eager step does.
   bool compile = false;
+  // Adds "lr" (param group 0's learning rate, as the epoch's last step used it) to the progress
+  // bar and the epoch logs, so History and every callback see it without a scheduler callback.
+  bool log_lr = false;
 };
 
 // Note [trainer]
@@ -93,6 +96,9 @@ class Trainer {
 
  private:
   void check_compiled(const char* op, const Loc& loc) const;
+  // evaluate; with `notify`, every callback's on_validation_batch_end sees each batch (fit's
+  // validation).
+  Logs run_evaluation(data::DataLoader& loader, bool notify, const Loc& loc);
 
   nn::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;

@@ -72,7 +72,10 @@ std::string ProgressBar::line_with_bar(int64_t step, const std::map<std::string,
   if (auto it = metrics.find("loss"); it != metrics.end())
     line += fmt::format(" - loss: {:.4f}", it->second);
   for (const auto& [name, value] : metrics)
-    if (name != "loss") line += fmt::format(" - {}: {:.4f}", name, value);
+    if (name == "lr")  // learning rates span decades: 0.001, 3e-05
+      line += fmt::format(" - lr: {:.3g}", value);
+    else if (name != "loss")
+      line += fmt::format(" - {}: {:.4f}", name, value);
 
   // Training time only: on the final line, validation ran after the last update.
   const double trained = final && last_update_ >= 0.0 ? last_update_ - start_ : elapsed;

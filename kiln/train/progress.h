@@ -21,7 +21,8 @@ double steady_seconds();
 // there a redraw would leave one line per step, so only the first update at or past each 10% of
 // the steps prints a line, and finish() prints the final one (with the elapsed time instead of the
 // ETA). An update at the last step is left to finish(), which usually carries more metrics
-// (validation). "loss" is printed first, the other metrics in name order.
+// (validation). "loss" is printed first, the other metrics in name order ("lr" with 3 significant
+// digits, the others with 4 decimals).
 // With `columns` (the terminal's width; 0: unknown) a line never reaches the last column: a line
 // that does wraps, and every redraw then leaves a line behind. The bar narrows first (down to 10
 // columns), then the line is cut. samples/s counts training time only: the final line's rate is

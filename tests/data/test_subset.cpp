@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,39 @@ TEST(DataSubset, BadArgumentsNameTheProblemAndTheCaller) {
   expect_error([] { Subset(numbered(4), 2, 5); }, "[Subset]");
   test::expect_error([] { Subset(numbered(4), 0, 2).get_sample(2, {}); },
                      {"expected an index in [0, 2), but got 2"});
+}
+
+TEST(DataSubset, RandomSplitIsAFixedFunctionOfTheSeedAndCoversEverySampleOnce) {
+  auto [rest, held] = random_split(numbered(50), 0.2, 7);
+  ASSERT_EQ(held->size(), 10);  // ceil(50 * 0.2)
+  ASSERT_EQ(rest->size(), 40);
+  std::vector<int64_t> all = rest->indices();
+  all.insert(all.end(), held->indices().begin(), held->indices().end());
+  std::sort(all.begin(), all.end());
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(all[static_cast<size_t>(i)], i);
+  EXPECT_TRUE(std::is_sorted(held->indices().begin(), held->indices().end()));
+  // Samples are the base's at those indices; transforms see the base's index.
+  EXPECT_EQ(held->get(3).data.to_vector<float>(),
+            std::vector<float>{static_cast<float>(held->indices()[3])});
+  const auto again = random_split(numbered(50), 0.2, 7).second;
+  EXPECT_EQ(again->indices(), held->indices());
+  // std::mt19937_64 is fully specified, so the permutation is the same everywhere: pin it.
+  EXPECT_EQ(held->indices(), (std::vector<int64_t>{5, 16, 17, 25, 26, 27, 36, 38, 39, 47}));
+  EXPECT_NE(random_split(numbered(50), 0.2, 8).second->indices(), held->indices());
+  IndexSubset picked(std::make_shared<IndexEcho>(), {9, 2});
+  EXPECT_EQ(picked.get(0).data.to_vector<int64_t>(), std::vector<int64_t>{9});
+}
+
+TEST(DataSubset, RandomSplitAndIndexSubsetErrors) {
+  test::expect_error([] { random_split(numbered(10), 0.0, 1); }, {"fraction in (0, 1)"});
+  test::expect_error([] { random_split(numbered(3), 0.9, 1); }, {"both parts non-empty"});
+  test::expect_error(
+      [] {
+        IndexSubset(numbered(3), {0, 3});
+      },
+      {"[IndexSubset]", "indices in [0, 3), but got 3"});
+  test::expect_error([] { IndexSubset(numbered(3), {1}).get_sample(1, {}); },
+                     {"expected an index in [0, 1), but got 1"});
 }
 
 }  // namespace

@@ -192,7 +192,7 @@ done
 expect_error "needs --data-dir" train --data cifar10 --out "$tmp/c"
 "$kiln" train --model cnn --data cifar10 --data-dir "$tmp/cifar" --epochs 1 --batch-size 64 \
   --augment --out "$tmp/c" >"$tmp/cifar.log"
-grep -q "Test accuracy: .*(loss .*, 64 images)" "$tmp/cifar.log" || fail "cifar10 run: $(tail -3 "$tmp/cifar.log")"
+grep -q "Test accuracy: .*(loss .*, 64 samples, test split)" "$tmp/cifar.log" || fail "cifar10 run: $(tail -3 "$tmp/cifar.log")"
 "$kiln" eval "$tmp/c" | grep -q "cnn on cifar10" || fail "eval of the cifar10 run"
 head -c 5000 "$tmp/cifar/test_batch.bin" >"$tmp/cifar/truncated.bin"
 mv "$tmp/cifar/truncated.bin" "$tmp/cifar/test_batch.bin"

@@ -270,8 +270,8 @@ TEST(Fit, LambdaCallbackSeesEveryHookInOrder) {
   auto val = loader(separable(16, 2), 16, false);
   rig.trainer.fit(train, 2, &val, std::cout, false);
   const std::vector<std::string> expected = {
-      "train_begin",   "epoch_begin:0", "batch:0:1", "batch:1:1", "logs:0",        "epoch_end:0:1",
-      "epoch_begin:1", "batch:0:1",     "batch:1:1", "logs:1",    "epoch_end:1:1", "train_end:4"};
+      "train_begin",   "epoch_begin:0", "batch:0:3", "batch:1:3", "logs:0",        "epoch_end:0:1",
+      "epoch_begin:1", "batch:0:3",     "batch:1:3", "logs:1",    "epoch_end:1:1", "train_end:4"};
   EXPECT_EQ(events, expected);
 }
 
