@@ -26,6 +26,7 @@
 #include "kiln/io/crc32.h"
 #include "kiln/io/dir_transaction.h"
 #include "kiln/io/manifest.h"
+#include "kiln/io/npy.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/attention.h"
 #include "kiln/nn/container.h"
