@@ -2,6 +2,8 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <execinfo.h>
 #include <unistd.h>
@@ -29,6 +31,11 @@ thread_local std::vector<std::source_location> scopes;
 std::string base_name(std::string_view path) {
   auto slash = path.find_last_of('/');
   return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+// A file of the C++ standard library's headers (unique_ptr.h, stl_construct.h, ...).
+bool is_standard_header(std::string_view path) {
+  return path.find("/include/c++/") != std::string_view::npos;
 }
 
 std::string demangle(const char* name) {
@@ -65,6 +72,7 @@ class LineTable {
     int line = 0;
     std::string function;
     std::string binary;
+    bool standard = false;  // the line lies in a standard library header
   };
 
   std::optional<Frame> lookup(uintptr_t pc) {
@@ -80,7 +88,10 @@ class LineTable {
       int lineno = 0;
       const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
       if (file && lineno > 0) {
-        f.file = base_name(file);
+        std::string path = file;
+        if (is_standard_header(path)) inlined_call_site(mod, pc, path, lineno);
+        f.standard = is_standard_header(path);
+        f.file = base_name(path);
         f.line = lineno;
       }
     }
@@ -88,6 +99,35 @@ class LineTable {
   }
 
  private:
+  // A line in a standard header that was inlined (std::make_unique's body, say) is replaced by the
+  // line that called it: the DW_AT_call_file/line of the innermost inlined scope at pc whose call
+  // site is outside the standard library. Unchanged when the DWARF does not say.
+  static void inlined_call_site(Dwfl_Module* mod, uintptr_t pc, std::string& path, int& lineno) {
+    Dwarf_Addr bias = 0;
+    Dwarf_Die* cu = dwfl_module_addrdie(mod, pc, &bias);
+    Dwarf_Files* files = nullptr;
+    size_t file_count = 0;
+    if (cu == nullptr || dwarf_getsrcfiles(cu, &files, &file_count) != 0) return;
+    Dwarf_Die* scopes = nullptr;
+    const int n = dwarf_getscopes(cu, pc - bias, &scopes);
+    for (int i = 0; i < n; ++i) {
+      if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+      Dwarf_Attribute attr;
+      Dwarf_Word file_index = 0, call_line = 0;
+      if (dwarf_attr(&scopes[i], DW_AT_call_file, &attr) == nullptr ||
+          dwarf_formudata(&attr, &file_index) != 0 ||
+          dwarf_attr(&scopes[i], DW_AT_call_line, &attr) == nullptr ||
+          dwarf_formudata(&attr, &call_line) != 0 || file_index >= file_count)
+        continue;
+      const char* call_file = dwarf_filesrc(files, file_index, nullptr, nullptr);
+      if (call_file == nullptr || is_standard_header(call_file)) continue;
+      path = call_file;
+      lineno = static_cast<int>(call_line);
+      break;
+    }
+    std::free(scopes);
+  }
+
   Dwfl_Module* find_module(uintptr_t pc) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (!dwfl_ || attempt == 1) report();
@@ -146,7 +186,7 @@ StackAnswer outside_frames() {
     if (!f) continue;
     if (answer.function.empty() && !f->function.empty())
       answer.function = fmt::format("{} ({})", f->function, f->binary);
-    if (!f->file.empty()) {
+    if (!f->file.empty() && !f->standard) {
       answer.exact = fmt::format("{}:{}", f->file, f->line);
       break;
     }
@@ -160,7 +200,10 @@ bool is_library_location(const std::source_location& loc) {
   static constexpr std::string_view dir = KILN_LIBRARY_SOURCE_DIR;
   static constexpr std::string_view from_build = KILN_LIBRARY_SOURCE_DIR_FROM_BUILD;
   const std::string_view file = loc.file_name();
-  return file.starts_with(dir) || file.starts_with(from_build);
+  // A location inside the C++ standard library is never the user's line: a constructor's
+  // defaulted Loc::current() evaluated in std::make_unique / std::make_shared records
+  // unique_ptr.h or stl_construct.h. Counted as the library's, so the stack names the caller.
+  return file.starts_with(dir) || file.starts_with(from_build) || is_standard_header(file);
 }
 
 CallSiteScope::CallSiteScope(const std::source_location& loc) : pushed_(!is_library_location(loc)) {

@@ -71,6 +71,25 @@ TEST(Optimizer, ValidatesHyperparameters) {
       {"[Adam]", "number for the option 'lr'", "\"fast\""});
 }
 
+// Built through std::make_unique / std::make_shared, the constructor's defaulted location lies in
+// the standard library; the error names this file (the stack's first frame outside kiln and std).
+TEST(Optimizer, ErrorsThroughMakeUniqueNameTheCallerNotTheStandardLibrary) {
+  Tensor w = param({1, 2});
+  for (const auto& make : std::vector<std::function<void()>>{
+           [&] { (void)std::make_unique<Adam>(std::vector<Tensor>{w}, AdamOptions{.lr = -1.0}); },
+           [&] { (void)std::make_shared<SGD>(std::vector<Tensor>{w}, SGDOptions{.lr = -1.0}); }}) {
+    try {
+      make();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find("test_optimizer.cpp"), std::string::npos) << text;
+      EXPECT_EQ(text.find("unique_ptr.h"), std::string::npos) << text;
+      EXPECT_EQ(text.find("stl_construct.h"), std::string::npos) << text;
+    }
+  }
+}
+
 TEST(Optimizer, GroupsTakeMissingOptionsFromTheDefaults) {
   Tensor a = param({1}), b = param({2});
   Adam opt({ParamGroup{{a}}, ParamGroup{{b}, {{"lr", 0.5}}}}, {.lr = 0.1, .weight_decay = 0.2});
