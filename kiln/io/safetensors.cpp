@@ -16,6 +16,7 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/file_error.h"
 #include "kiln/io/regular_file.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -68,22 +69,7 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-// Prefixes every message with the operation and the file, and appends the caller's line.
-class Reporter {
- public:
-  Reporter(std::string_view op, const std::string& file, const Loc& loc)
-      : op_(op), file_(file), loc_(loc) {}
-  template <class... Args>
-  [[noreturn]] void operator()(fmt::format_string<Args...> f, Args&&... args) const {
-    throw_error(op_, fmt::format("'{}': {}", file_, fmt::format(f, std::forward<Args>(args)...)),
-                loc_);
-  }
-
- private:
-  std::string_view op_;
-  const std::string& file_;
-  const Loc& loc_;
-};
+using Reporter = FileErrorReporter;
 
 struct Entry {
   std::string name;

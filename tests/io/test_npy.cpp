@@ -20,6 +20,7 @@
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
 #include "tests/io/temp_files.h"
+#include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::io {
@@ -82,15 +83,8 @@ void expect_read_error(const std::string& file, const std::vector<std::string>& 
 
 // --- live parity with NumPy -----------------------------------------------------------------
 
-// Runs a command; returns its exit status and appends its output to `out`.
 int run(const std::string& cmd, std::string& out) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return test::run_command(cmd, out);
 }
 
 // "write DIR": saves NumPy arrays as DIR/<name>.npy, their C-order little-endian bytes as

@@ -20,6 +20,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/support/run_command.h"
 #include "tests/support/source_file.h"
 #include "tests/support/test_util.h"
 
@@ -326,15 +327,8 @@ std::string script_path() {
   return quoted(test::source_file("tests/io/torch_interop.py"));
 }
 
-// Runs a command, returns its exit status and appends its output to `out`.
 int run(const std::string& cmd, std::string& out) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return test::run_command(cmd, out);
 }
 
 void require_torch() {

@@ -7,17 +7,7 @@ kiln="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-# expect_error TEXT ARGS...: kiln ARGS must exit non-zero and print TEXT.
-expect_error() {
-  local text="$1" out
-  shift
-  if out=$("$kiln" "$@" 2>&1); then fail "kiln $* succeeded; expected an error"; fi
-  grep -qF -- "$text" <<<"$out" || fail "kiln $*: expected '$text' in: $out"
-}
+source "$(dirname "$0")/cli_test_lib.sh"
 
 expect_error "--model" train --model vgg
 expect_error "--epochs" train --epochs 0

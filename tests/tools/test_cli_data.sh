@@ -10,16 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-expect_error() {
-  local text="$1" out
-  shift
-  if out=$("$kiln" "$@" 2>&1); then fail "kiln $* succeeded; expected an error"; fi
-  grep -qF -- "$text" <<<"$out" || fail "kiln $*: expected '$text' in: $out"
-}
+source "$(dirname "$0")/cli_test_lib.sh"
 # json FILE EXPR: prints the Python expression EXPR over the parsed file `j`.
 json() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 

@@ -1,0 +1,13 @@
+# Shared by the kiln command's test scripts (source it after setting `kiln`).
+# fail MESSAGE: prints it and ends the test.
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# expect_error TEXT ARGS...: kiln ARGS must exit non-zero and print TEXT.
+expect_error() {
+  local text="$1" out
+  shift
+  if out=$("$kiln" "$@" 2>&1); then fail "kiln $* succeeded; expected an error"; fi
+  grep -qF -- "$text" <<<"$out" || fail "kiln $*: expected '$text' in: $out"
+}
