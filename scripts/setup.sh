@@ -18,6 +18,9 @@ packages=(
   python3-torch python3-numpy python3-pil  # PyTorch: live parity tests and head-to-head benchmarks
   dataset-fashion-mnist  # the real Fashion-MNIST data
   graphviz               # dot: `kiln graph` renders a traced graph to SVG (tests check the SVG)
+  libcpp-httplib-dev     # cpp-httplib: the HTTP server of `kiln board` (and later the model server)
+  chromium               # headless Chromium: the board's page is loaded, checked and screenshot
+  curl                   # the board's test drives its HTTP server with real requests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
-// The `kiln` command: train a model from the zoo on a known dataset, evaluate a training
-// directory, print a model summary, write a model's traced graph. `kiln --help` and `kiln <command>
-// --help` list the flags.
+// The `kiln` command: train a model from the zoo on a known dataset or the user's own data,
+// evaluate a training directory, classify new inputs with it, watch runs live in the browser
+// (board), print a model summary, write a model's traced graph. `kiln --help` and
+// `kiln <command> --help` list the flags.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "tools/board/board_server.h"
 #include "tools/config_file.h"
 #include "tools/flag_checks.h"
 #include "tools/predict_command.h"
@@ -168,6 +170,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
 
+  kiln::cli::BoardArgs b;
+  CLI::App* board = app.add_subcommand(
+      "board", "serve a live dashboard of training runs (curves, lr, confusion matrix, config)");
+  board->add_option("runs", b.dirs, "run directories (the --out of kiln train), overlaid")
+      ->required();
+  board->add_option("--host", b.host, "address to listen on")->capture_default_str();
+  board->add_option("--port", b.port, "port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+
   std::string summary_model = "cnn", summary_data = "fashion-mnist";
   CLI::App* summary = app.add_subcommand("summary", "print a model's layers, shapes and sizes");
   summary->add_option("--model", summary_model, "mlp, cnn or resnet18")
@@ -241,6 +253,7 @@ int main(int argc, char** argv) {
     if (*train) return kiln::cli::run_train(t);
     if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);
     if (*predict) return kiln::cli::run_predict(p);
+    if (*board) return kiln::cli::run_board(b);
     if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);
   } catch (const kiln::Error& e) {
