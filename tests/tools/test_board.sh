@@ -33,6 +33,7 @@ printf '{"epoch": "<b>x</b>", "class_names": ["<script>alert(1)</script>"], "con
 mkdir -p "$tmp/old"
 printf '{"settings": {"model": "cnn", "epochs": 2}}' >"$tmp/old/config.json"
 printf 'epoch,accuracy,loss,val_accuracy,val_loss\n1,0.5,1.2,0.6,1.0\n2,0.7,0.8,0.72,0.75\n' >"$tmp/old/history.csv"
+mkdir -p "$tmp/a"  # the board is started before the run has written anything
 "$kiln" train --epochs 3 --train-samples 4000 --batch-size 50 --out "$tmp/a" >"$tmp/a.log" 2>&1 &
 train_pid=$!
 pids+=("$train_pid")
