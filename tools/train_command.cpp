@@ -204,10 +204,9 @@ RunCallbacks make_callbacks(const TrainArgs& a, const fs::path& out, const RunDa
   return c;
 }
 
-// Reads the recorded run in `out` for --resume: adopts its settings (refusing changed ones
-// without --override) and returns the epochs it was set up for.
-int adopt_recorded_run(TrainArgs& a, const std::string& ckpt, const fs::path& out) {
-  const nlohmann::json meta = train::read_checkpoint_metadata(ckpt);
+// For --resume: adopts the settings recorded in the checkpoint metadata `meta` (refusing changed
+// ones without --override) and returns the epochs it was set up for.
+int adopt_recorded_run(TrainArgs& a, const nlohmann::json& meta, const fs::path& out) {
   const int recorded_epochs = meta.at("args").value("epochs", a.epochs);
   const std::vector<std::string> changes =
       adopt_recorded_settings(a, meta.at("args"), out.string());
@@ -236,7 +235,7 @@ int run_train(const TrainArgs& args) {
   TrainArgs a = args;
   if (a.epochs < 1)
     throw Error("[kiln train] expected --epochs >= 1, but got " + std::to_string(a.epochs));
-  check_callback_flags(a);
+  check_callback_flags(a);  // before anything in --out changes
   if (a.threads > 0) set_num_threads(a.threads);
   const fs::path out(a.out);
   const std::string ckpt = (out / "checkpoint").string();
@@ -254,8 +253,10 @@ int run_train(const TrainArgs& args) {
   if (!resuming && a.overwrite) remove_run_files(out.string());
   fs::create_directories(out);
   remove_stale_temporaries(out.string());
-  const int recorded_epochs = resuming ? adopt_recorded_run(a, ckpt, out) : a.epochs;
-  check_callback_flags(a);
+  const nlohmann::json meta =
+      resuming ? train::read_checkpoint_metadata(ckpt) : nlohmann::json::object();
+  const int recorded_epochs = resuming ? adopt_recorded_run(a, meta, out) : a.epochs;
+  check_callback_flags(a);  // again: the settings a resumed run adopted
 
   RunData d = load_run_data(data_args(a));
   if (a.train_samples > 0 && a.train_samples < d.train->size())
@@ -284,9 +285,7 @@ int run_train(const TrainArgs& args) {
   int initial_epoch = 0;
   int64_t step = 0;
   train::History history;
-  nlohmann::json meta;
   if (resuming) {
-    meta = train::read_checkpoint_metadata(ckpt);
     // A schedule whose length changed is rebuilt at its new length, not restored.
     const bool restretch = schedule != nullptr && a.epochs != recorded_epochs;
     const train::CheckpointState state =
