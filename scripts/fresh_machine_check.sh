@@ -2,8 +2,8 @@
 # The fresh-machine check: proves that the README's two commands work on a minimal Debian 12 that
 # has nothing this machine has installed by hand.
 #
-#   bash scripts/fresh_machine_check.sh          # command 1 end to end, command 2 built (no tests,
-#                                                # the ASan build only configured)
+#   bash scripts/fresh_machine_check.sh          # command 1 end to end, command 2 configured and
+#                                                # built in part (KILN_TEST_BUILD_ONLY=1, no tests)
 #   bash scripts/fresh_machine_check.sh --full   # command 1 end to end, command 2 end to end
 #
 # It bootstraps Debian 12 (`debootstrap --variant=minbase`) from the apt source this machine is
@@ -179,7 +179,7 @@ if [[ $full == 1 ]]; then
   run_in_root command2.log "bash scripts/test.sh"
   took "command 2"
 else
-  stage "README command 2, Release built, ASan configured (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
+  stage "README command 2, both builds configured, one program per dependency set built (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
   run_in_root command2.log "KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh"
   took "command 2 build"
 fi
