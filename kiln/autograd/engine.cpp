@@ -8,6 +8,7 @@
 #include "kiln/autograd/node.h"
 #include "kiln/core/call_site.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
@@ -149,6 +150,10 @@ class GraphTask {
       ~Restore() { GradMode::set_enabled(prev); }
     } restore{GradMode::is_enabled()};
     GradMode::set_enabled(create_graph_);
+    // The vjps run the ops the forward recorded, in the dtypes it recorded: no autocast inside a
+    // backward pass (Note [autocast]), and a region's cached parameter casts, whose graph this pass
+    // frees, are made anew by the next forward.
+    detail::AutocastSuspend no_autocast;
     // Errors raised by nodes, hooks and vjps name the backward() call (Note [user call site]).
     CallSiteScope call_site(loc_);
     while (!ready.empty()) {

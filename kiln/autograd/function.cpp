@@ -93,7 +93,9 @@ class FunctionOp final : public Op {
 }  // namespace
 
 bool register_function(const char* name, FunctionForward forward) {
-  return register_op(OpDefinition{name, OpSchema{{"inputs..."}, {"outputs..."}},
+  return register_op(OpDefinition{name,  // A custom function's own ops are each cast as their
+                                         // policies say; the function is not.
+                                  OpSchema{{"inputs..."}, {"outputs..."}, AutocastPolicy::kKeep},
                                   [name, forward](const Attrs& a) -> OpPtr {
                                     return std::make_shared<const FunctionOp>(
                                         name, forward, a.json(), std::weak_ptr<FunctionNode>());

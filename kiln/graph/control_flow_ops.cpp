@@ -268,12 +268,13 @@ std::shared_ptr<const Graph> subgraph(const Attrs& a, const char* key) {
   }
 }
 
-KILN_REGISTER_OP("cond", (OpSchema{{"pred", "operands..."}, {"outputs..."}}),
+KILN_REGISTER_OP("cond", (OpSchema{{"pred", "operands..."}, {"outputs..."}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const CondOp>(subgraph(a, "then"), subgraph(a, "else"),
                                                          a.i("operands"));
                  });
-KILN_REGISTER_OP("while_loop", (OpSchema{{"loop_vars..."}, {"loop_vars..."}}),
+KILN_REGISTER_OP("while_loop",
+                 (OpSchema{{"loop_vars..."}, {"loop_vars..."}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const WhileOp>(subgraph(a, "cond"), subgraph(a, "body"),
                                                           a.i("loop_vars"), a.i("max_iterations"));

@@ -63,10 +63,12 @@ class FillOp final : public AssignOp {
   detail::FillAttrs a_;
 };
 
-KILN_REGISTER_OP("copy_", (OpSchema{{"self", "src"}, {"self"}}), no_attrs<CopyOp>());
-KILN_REGISTER_OP("fill_", (OpSchema{{"self"}, {"self"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const FillOp>(a.f("value"));
-});
+KILN_REGISTER_OP("copy_", (OpSchema{{"self", "src"}, {"self"}, AutocastPolicy::kKeep}),
+                 no_attrs<CopyOp>());
+KILN_REGISTER_OP("fill_", (OpSchema{{"self"}, {"self"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const FillOp>(a.f("value"));
+                 });
 
 }  // namespace
 

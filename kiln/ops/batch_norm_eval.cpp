@@ -98,7 +98,8 @@ class BatchNormEvalOp final : public CompositeOp {
 
 KILN_REGISTER_OP("batch_norm_eval",
                  (OpSchema{{"input", "running_mean", "running_var", "weight?", "bias?"},
-                           {"output"}}),
+                           {"output"},
+                           AutocastPolicy::kFloat32}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const BatchNormEvalOp>(a.f("eps"), a.b("has_weight"),
                                                                   a.b("has_bias"));

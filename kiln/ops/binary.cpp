@@ -24,18 +24,21 @@ using Grads = std::vector<Tensor>;
 // Each op: name, what its gradient needs, the gradient.
 struct AddFn {
   static constexpr const char* kName = "add";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = false;
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, g}; }
 };
 
 struct SubFn {
   static constexpr const char* kName = "sub";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = false;
   static Grads grad(const Tensor&, const Tensor&, const Tensor& g) { return {g, neg(g)}; }
 };
 
 struct MulFn {
   static constexpr const char* kName = "mul";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = true;
   // Each operand's gradient reads only the other one (Op::saves_for saves only that).
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
@@ -45,6 +48,7 @@ struct MulFn {
 
 struct DivFn {
   static constexpr const char* kName = "div";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = true;
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     Tensor ga = div(g, b);
@@ -54,6 +58,7 @@ struct DivFn {
 
 struct PowFn {
   static constexpr const char* kName = "pow";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   static constexpr bool kNeedsInputs = true;
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     Tensor ga = mul(mul(g, b), pow(a, sub(b, 1.0)));
@@ -75,6 +80,7 @@ Grads extremum_grads(const Tensor& a_lost, const Tensor& b_lost, const Tensor& t
 
 struct MaximumFn {
   static constexpr const char* kName = "maximum";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = true;
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return extremum_grads(lt(a, b), gt(a, b), eq(a, b), g);
@@ -83,6 +89,7 @@ struct MaximumFn {
 
 struct MinimumFn {
   static constexpr const char* kName = "minimum";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
   static constexpr bool kNeedsInputs = true;
   static Grads grad(const Tensor& a, const Tensor& b, const Tensor& g) {
     return extremum_grads(gt(a, b), lt(a, b), eq(a, b), g);
@@ -143,7 +150,8 @@ Tensor binary(const Tensor& a, const Tensor& b, const Loc& loc) {
 
 template <class... Fn>
 bool register_binary_ops() {
-  return (register_op({Fn::kName, {{"a", "b"}, {"y"}}, no_attrs<BinaryOp<Fn>>()}) & ...);
+  return (register_op({Fn::kName, {{"a", "b"}, {"y"}, Fn::kAutocast}, no_attrs<BinaryOp<Fn>>()}) &
+          ...);
 }
 const bool binary_ops_registered =
     register_binary_ops<AddFn, SubFn, MulFn, DivFn, PowFn, MaximumFn, MinimumFn>();

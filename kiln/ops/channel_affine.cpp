@@ -53,7 +53,8 @@ class ChannelAffineOp final : public Op {
   }
 };
 
-KILN_REGISTER_OP("channel_affine", (OpSchema{{"x", "scale", "shift"}, {"y"}}),
+KILN_REGISTER_OP("channel_affine",
+                 (OpSchema{{"x", "scale", "shift"}, {"y"}, AutocastPolicy::kPromote}),
                  no_attrs<ChannelAffineOp>());
 
 }  // namespace

@@ -21,38 +21,47 @@ namespace {
 // names one op of the BoolBinaryOp template.
 struct EqFn {
   static constexpr const char* kName = "eq";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct NeFn {
   static constexpr const char* kName = "ne";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct LtFn {
   static constexpr const char* kName = "lt";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct LeFn {
   static constexpr const char* kName = "le";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct GtFn {
   static constexpr const char* kName = "gt";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct GeFn {
   static constexpr const char* kName = "ge";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kPromote;
 };
 
 struct LogicalAndFn {
   static constexpr const char* kName = "logical_and";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
 };
 
 struct LogicalOrFn {
   static constexpr const char* kName = "logical_or";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
 };
 
 struct LogicalXorFn {
   static constexpr const char* kName = "logical_xor";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
 };
 
 template <class Fn>
@@ -126,13 +135,16 @@ class WhereOp final : public Op {
 
 template <class... Fn>
 bool register_bool_binary_ops() {
-  return (register_op({Fn::kName, {{"a", "b"}, {"y"}}, no_attrs<BoolBinaryOp<Fn>>()}) & ...);
+  return (
+      register_op({Fn::kName, {{"a", "b"}, {"y"}, Fn::kAutocast}, no_attrs<BoolBinaryOp<Fn>>()}) &
+      ...);
 }
 const bool compare_ops_registered =
     register_bool_binary_ops<EqFn, NeFn, LtFn, LeFn, GtFn, GeFn, LogicalAndFn, LogicalOrFn,
                              LogicalXorFn>() &
-    register_op({"logical_not", {{"x"}, {"y"}}, no_attrs<LogicalNotOp>()}) &
-    register_op({"where", {{"condition", "a", "b"}, {"y"}}, no_attrs<WhereOp>()});
+    register_op({"logical_not", {{"x"}, {"y"}, AutocastPolicy::kKeep}, no_attrs<LogicalNotOp>()}) &
+    register_op(
+        {"where", {{"condition", "a", "b"}, {"y"}, AutocastPolicy::kPromote}, no_attrs<WhereOp>()});
 
 }  // namespace
 

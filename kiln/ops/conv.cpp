@@ -142,12 +142,12 @@ class Conv2dOp final : public Op {
   detail::Conv2dAttrs a_;
 };
 
-KILN_REGISTER_OP("conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
-                 [](const Attrs& a) -> OpPtr {
-                   return std::make_shared<const Conv2dOp>(
-                       detail::conv_options_from_attrs(a),
-                       detail::conv_policy_from_attrs(a).purpose);
-                 });
+KILN_REGISTER_OP(
+    "conv2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}, AutocastPolicy::kLowPrecision}),
+    [](const Attrs& a) -> OpPtr {
+      return std::make_shared<const Conv2dOp>(detail::conv_options_from_attrs(a),
+                                              detail::conv_policy_from_attrs(a).purpose);
+    });
 
 }  // namespace
 

@@ -72,7 +72,9 @@ Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& scale, cons
 }
 
 KILN_REGISTER_OP("conv2d_affine",
-                 (OpSchema{{"input", "weight", "scale", "shift", "residual?"}, {"output"}}),
+                 (OpSchema{{"input", "weight", "scale", "shift", "residual?"},
+                           {"output"},
+                           AutocastPolicy::kLowPrecision}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const Conv2dAffineOp>(
                        detail::conv_options_from_attrs(a),

@@ -152,12 +152,14 @@ Size2 size2_attr(const Attrs& a, const char* key) {
   return {v[0], v[1]};
 }
 
-KILN_REGISTER_OP("conv2d_backward_input", (OpSchema{{"grad_output", "weight"}, {"grad_input"}}),
+KILN_REGISTER_OP("conv2d_backward_input",
+                 (OpSchema{{"grad_output", "weight"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const Conv2dBackwardInputOp>(
                        size2_attr(a, "input_size"), detail::conv_options_from_attrs(a));
                  });
-KILN_REGISTER_OP("conv2d_backward_weight", (OpSchema{{"input", "grad_output"}, {"grad_weight"}}),
+KILN_REGISTER_OP("conv2d_backward_weight",
+                 (OpSchema{{"input", "grad_output"}, {"grad_weight"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const Conv2dBackwardWeightOp>(
                        size2_attr(a, "kernel_size"), detail::conv_options_from_attrs(a));

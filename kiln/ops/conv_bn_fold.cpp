@@ -89,7 +89,8 @@ class ConvBnFoldOp final : public Op {
 
 KILN_REGISTER_OP("conv_bn_fold",
                  (OpSchema{{"running_mean", "running_var", "weight?", "bias?", "conv_bias?"},
-                           {"scale", "shift"}}),
+                           {"scale", "shift"},
+                           AutocastPolicy::kFloat32}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const ConvBnFoldOp>(
                        a.f("eps"), a.b("has_weight"), a.b("has_bias"), a.b("has_conv_bias"));

@@ -130,7 +130,9 @@ class ConvTranspose2dOp final : public CompositeOp {
   bool has_bias_;
 };
 
-KILN_REGISTER_OP("conv_transpose2d", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
+KILN_REGISTER_OP("conv_transpose2d",
+                 (OpSchema{
+                     {"input", "weight", "bias?"}, {"output"}, AutocastPolicy::kLowPrecision}),
                  [](const Attrs& a) -> OpPtr {
                    ConvTranspose2dOptions t;
                    t.stride = size2_attr(a, "stride");

@@ -39,10 +39,11 @@ class ToDtypeOp final : public Op {
   DType dtype_;
 };
 
-KILN_REGISTER_OP("clone", (OpSchema{{"x"}, {"y"}}), no_attrs<CloneOp>());
-KILN_REGISTER_OP("to_dtype", (OpSchema{{"x"}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const ToDtypeOp>(a.dtype("dtype"));
-});
+KILN_REGISTER_OP("clone", (OpSchema{{"x"}, {"y"}, AutocastPolicy::kKeep}), no_attrs<CloneOp>());
+KILN_REGISTER_OP("to_dtype", (OpSchema{{"x"}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const ToDtypeOp>(a.dtype("dtype"));
+                 });
 
 }  // namespace
 

@@ -7,9 +7,12 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/dispatch_state.h"
 #include "kiln/ops/dispatcher.h"
 
 namespace kiln {
+
+constinit thread_local detail::DispatchState detail::dispatch_tls;
 
 namespace {
 
@@ -39,31 +42,20 @@ std::atomic<const ProcessModes*>& process_modes() {
   return published().current;
 }
 
-// Note [dispatch state]: this thread's part of the order lives in one thread_local struct with
-// trivial construction, so a dispatch reaches all of it with one TLS address computation (from a
-// shared library each distinct thread_local costs a __tls_get_addr call, which the eager add
-// benchmark showed).
-struct DispatchState {
-  std::vector<std::shared_ptr<DispatchMode>>* stack = nullptr;  // null until the first push
-  // Where a dispatch on this thread enters the order: 0 normally; inside a mode's handle(), the
-  // level below that mode, so a mode does not see the ops it dispatches itself.
-  size_t entry = 0;
-  const Loc* kernel_loc = nullptr;
-  // Inside a composite op's forward (Note [composite ops]).
-  bool composite = false;
-};
-thread_local DispatchState tls;
+using detail::dispatch_tls;
+using detail::DispatchState;
 
-// Owns tls.stack; touched only by a push, so ordinary dispatches skip its TLS init wrapper.
+// Owns dispatch_tls.stack; touched only by a push, so ordinary dispatches skip its TLS init
+// wrapper.
 struct StackOwner {
   std::vector<std::shared_ptr<DispatchMode>> stack;
-  StackOwner() { tls.stack = &stack; }
-  ~StackOwner() { tls.stack = nullptr; }
+  StackOwner() { dispatch_tls.stack = &stack; }
+  ~StackOwner() { dispatch_tls.stack = nullptr; }
 };
 
 struct EntryScope {
-  explicit EntryScope(size_t level) : saved(tls.entry) { tls.entry = level; }
-  ~EntryScope() { tls.entry = saved; }
+  explicit EntryScope(size_t level) : saved(dispatch_tls.entry) { dispatch_tls.entry = level; }
+  ~EntryScope() { dispatch_tls.entry = saved; }
   size_t saved;
 };
 
@@ -93,8 +85,8 @@ const bool anomaly_installed =
 }  // namespace
 
 // The order of one call: this thread's modes (top first), then the process-wide ones. Levels
-// count every mode, interested or not, so that a mode's level (and tls.entry inside its handle)
-// does not depend on which modes a particular call interests.
+// count every mode, interested or not, so that a mode's level (and dispatch_tls.entry inside its
+// handle) does not depend on which modes a particular call interests.
 struct DispatchChain {
   const std::vector<std::shared_ptr<DispatchMode>>* user;  // null when none was ever pushed
   size_t user_count;  // (*user)[0, user_count) at the time of the call
@@ -113,7 +105,7 @@ struct DispatchChain {
       EntryScope scope(level + 1);
       return mode->handle(call, next);
     }
-    if (tls.entry == 0) return detail::run_kernel(call);
+    if (dispatch_tls.entry == 0) return detail::run_kernel(call);
     EntryScope kernel_scope(0);  // ops a kernel dispatches go through every mode
     return detail::run_kernel(call);
   }
@@ -125,21 +117,23 @@ std::vector<Tensor> DispatchNext::operator()(const OpCall& call) {
 
 DispatchModeGuard::DispatchModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(mode.get()) {
   KILN_INTERNAL_ASSERT(mode_ != nullptr, "DispatchModeGuard needs a mode");
-  if (!tls.stack) {
-    thread_local StackOwner owner;  // constructed (and tls.stack set) on this thread's first push
-    KILN_INTERNAL_ASSERT(tls.stack == &owner.stack, "a dispatch mode pushed during thread exit");
+  if (!dispatch_tls.stack) {
+    thread_local StackOwner
+        owner;  // constructed (and dispatch_tls.stack set) on this thread's first push
+    KILN_INTERNAL_ASSERT(dispatch_tls.stack == &owner.stack,
+                         "a dispatch mode pushed during thread exit");
   }
-  tls.stack->push_back(std::move(mode));
+  dispatch_tls.stack->push_back(std::move(mode));
 }
 
 DispatchModeGuard::~DispatchModeGuard() {
   // Guards nest; a guard destroyed out of order is a bug in the code that made them.
-  auto* stack = tls.stack;
+  auto* stack = dispatch_tls.stack;
   if (stack && !stack->empty() && stack->back().get() == mode_) stack->pop_back();
 }
 
 std::vector<std::shared_ptr<DispatchMode>> dispatch_mode_stack() {
-  return tls.stack ? *tls.stack : std::vector<std::shared_ptr<DispatchMode>>{};
+  return dispatch_tls.stack ? *dispatch_tls.stack : std::vector<std::shared_ptr<DispatchMode>>{};
 }
 
 void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
@@ -157,7 +151,10 @@ void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode) {
 namespace detail {
 
 std::vector<Tensor> run_dispatch_modes(const OpCall& call) {
-  DispatchState& state = tls;
+  return run_dispatch_modes(dispatch_tls, call);
+}
+
+std::vector<Tensor> run_dispatch_modes(DispatchState& state, const OpCall& call) {
   if (state.composite) return run_kernel(call);
   DispatchChain chain{state.stack, state.stack ? state.stack->size() : 0,
                       process_modes().load(std::memory_order_acquire)};
@@ -184,7 +181,7 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
     ~KernelLocScope() { state.kernel_loc = saved; }
     DispatchState& state;
     const Loc* saved;
-  } loc_scope(tls, &call.loc);
+  } loc_scope(dispatch_tls, &call.loc);
   try {
     return op.forward(call.inputs, call.metas);
   } catch (const OutOfMemoryError& e) {
@@ -210,21 +207,22 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
   }
 }
 
-CompositeScope::CompositeScope() : saved_(tls.composite), grad_saved_(GradMode::is_enabled()) {
-  tls.composite = true;
+CompositeScope::CompositeScope()
+    : saved_(dispatch_tls.composite), grad_saved_(GradMode::is_enabled()) {
+  dispatch_tls.composite = true;
   GradMode::set_enabled(false);
 }
 
 CompositeScope::~CompositeScope() {
   GradMode::set_enabled(grad_saved_);
-  tls.composite = saved_;
+  dispatch_tls.composite = saved_;
 }
 
 }  // namespace detail
 
 const Loc& kernel_call_site() {
   static const Loc none = Loc::current();
-  return tls.kernel_loc ? *tls.kernel_loc : none;
+  return dispatch_tls.kernel_loc ? *dispatch_tls.kernel_loc : none;
 }
 
 }  // namespace kiln

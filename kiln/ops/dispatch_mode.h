@@ -90,8 +90,11 @@ constexpr int kProfileRank = 300;
 void install_process_mode(int rank, std::shared_ptr<DispatchMode> mode);
 
 namespace detail {
-// The dispatcher's entry into the order (dispatcher.cpp).
+// The dispatcher's entry into the order (dispatcher.cpp); the second form with this thread's
+// state already read (Note [dispatch state]).
+struct DispatchState;
 std::vector<Tensor> run_dispatch_modes(const OpCall& call);
+std::vector<Tensor> run_dispatch_modes(DispatchState& state, const OpCall& call);
 // The last step: run the op's forward on real memory, or make meta outputs.
 std::vector<Tensor> run_kernel(const OpCall& call);
 

@@ -4,7 +4,9 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/dispatch_mode.h"
+#include "kiln/ops/dispatch_state.h"
 
 namespace kiln {
 
@@ -54,12 +56,27 @@ bool has_nonfinite(const Tensor& t) {
   return false;
 }
 
-std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {
-  check_devices(*op, inputs, loc);
+namespace {
+std::vector<Tensor> dispatch_as_given(detail::DispatchState& state, const OpPtr& op,
+                                      const std::vector<Tensor>& inputs, const Loc& loc) {
   std::vector<TensorMeta> metas = op->infer(inputs, loc);
   // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
   for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
-  return detail::run_dispatch_modes(OpCall{op, inputs, metas, loc});
+  return detail::run_dispatch_modes(state, OpCall{op, inputs, metas, loc});
+}
+}  // namespace
+
+std::vector<Tensor> dispatch(const OpPtr& op, const std::vector<Tensor>& inputs, const Loc& loc) {
+  check_devices(*op, inputs, loc);
+  detail::DispatchState& state = detail::dispatch_tls;
+  // Note [autocast]: the inputs are cast before infer, so the op is checked, recorded and traced
+  // with the dtypes it runs in. Ops inside a composite op are its implementation, not cast again.
+  if (state.autocast && !state.composite) [[unlikely]] {
+    if (std::optional<std::vector<Tensor>> cast =
+            detail::autocast_inputs(*state.autocast, *op, inputs, loc))
+      return dispatch_as_given(state, op, *cast, loc);
+  }
+  return dispatch_as_given(state, op, inputs, loc);
 }
 
 bool detail::devices_compatible(const Tensor& a, const Tensor& b) {

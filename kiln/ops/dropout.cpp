@@ -45,9 +45,10 @@ class DropoutOp final : public Op {
   detail::DropoutAttrs a_;
 };
 
-KILN_REGISTER_OP("dropout", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const DropoutOp>(a.f("scale"));
-});
+KILN_REGISTER_OP("dropout", (OpSchema{{"x", "mask"}, {"y"}, AutocastPolicy::kPromote}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const DropoutOp>(a.f("scale"));
+                 });
 
 }  // namespace
 

@@ -100,11 +100,12 @@ std::optional<int64_t> wrap_padding(const char* op, std::optional<int64_t> paddi
   return *padding_idx < 0 ? *padding_idx + num_rows : *padding_idx;
 }
 
-KILN_REGISTER_OP("embedding", (OpSchema{{"weight", "indices"}, {"y"}}),
+KILN_REGISTER_OP("embedding", (OpSchema{{"weight", "indices"}, {"y"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const EmbeddingOp>(a.opt_i("padding_idx"));
                  });
-KILN_REGISTER_OP("embedding_backward", (OpSchema{{"grad_output", "indices"}, {"grad_weight"}}),
+KILN_REGISTER_OP("embedding_backward",
+                 (OpSchema{{"grad_output", "indices"}, {"grad_weight"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const EmbeddingBackwardOp>(a.i("num_weights"),
                                                                       a.opt_i("padding_idx"));

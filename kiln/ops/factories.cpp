@@ -55,10 +55,11 @@ class FullOp final : public detail::FactoryOp {
   detail::FullAttrs a_;
 };
 
-KILN_REGISTER_OP("full", (OpSchema{{"like?"}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const FullOp>(detail::FactorySpec::from_json(a), a.f("value"),
-                                        a.b("wrapped_number"));
-});
+KILN_REGISTER_OP("full", (OpSchema{{"like?"}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const FullOp>(detail::FactorySpec::from_json(a),
+                                                         a.f("value"), a.b("wrapped_number"));
+                 });
 
 }  // namespace
 
@@ -155,15 +156,19 @@ class RangeOp final : public detail::FactoryOp {
   detail::RangeAttrs a_;
 };
 
-KILN_REGISTER_OP("arange", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const RangeOp>(RangeKind::kArange, detail::FactorySpec::from_json(a),
-                                         a.f("start"), a.f("step"));
-});
-KILN_REGISTER_OP("linspace", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const RangeOp>(RangeKind::kLinspace, detail::FactorySpec::from_json(a),
-                                         a.f("start"), a.f("end"));
-});
-KILN_REGISTER_OP("eye", (OpSchema{{}, {"y"}}), [](const Attrs& a) -> OpPtr {
+KILN_REGISTER_OP("arange", (OpSchema{{}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const RangeOp>(RangeKind::kArange,
+                                                          detail::FactorySpec::from_json(a),
+                                                          a.f("start"), a.f("step"));
+                 });
+KILN_REGISTER_OP("linspace", (OpSchema{{}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const RangeOp>(RangeKind::kLinspace,
+                                                          detail::FactorySpec::from_json(a),
+                                                          a.f("start"), a.f("end"));
+                 });
+KILN_REGISTER_OP("eye", (OpSchema{{}, {"y"}, AutocastPolicy::kKeep}), [](const Attrs& a) -> OpPtr {
   return std::make_shared<const RangeOp>(RangeKind::kEye, detail::FactorySpec::from_json(a), 0.0,
                                          0.0);
 });

@@ -178,7 +178,7 @@ OpPtr make_fused(const nlohmann::json& json) {
   return std::make_shared<const FusedElementwiseOp>(parse(a), json);
 }
 
-KILN_REGISTER_OP(kName, (OpSchema{{"inputs..."}, {"outputs..."}}),
+KILN_REGISTER_OP(kName, (OpSchema{{"inputs..."}, {"outputs..."}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr { return make_fused(a.json()); });
 
 }  // namespace

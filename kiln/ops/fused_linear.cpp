@@ -51,7 +51,9 @@ class FusedLinearOp final : public Op {
   std::string activation_;
 };
 
-KILN_REGISTER_OP("fused_linear", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
+KILN_REGISTER_OP("fused_linear",
+                 (OpSchema{
+                     {"input", "weight", "bias?"}, {"output"}, AutocastPolicy::kLowPrecision}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const FusedLinearOp>(a.b("has_bias"), a.s("activation"));
                  });

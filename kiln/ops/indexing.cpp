@@ -207,15 +207,20 @@ template <class O>
 OpFactory dim_op() {
   return [](const Attrs& a) -> OpPtr { return std::make_shared<const O>(a.i("dim")); };
 }
-KILN_REGISTER_OP("gather", (OpSchema{{"x", "index"}, {"y"}}), dim_op<GatherOp>());
-KILN_REGISTER_OP("scatter_add", (OpSchema{{"x", "index", "src"}, {"y"}}), dim_op<ScatterAddOp>());
-KILN_REGISTER_OP("index_select", (OpSchema{{"x", "index"}, {"y"}}), dim_op<IndexSelectOp>());
-KILN_REGISTER_OP("masked_fill", (OpSchema{{"x", "mask"}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const MaskedFillOp>(a.f("value"));
-});
-KILN_REGISTER_OP("one_hot", (OpSchema{{"labels"}, {"y"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const OneHotOp>(a.i("num_classes"));
-});
+KILN_REGISTER_OP("gather", (OpSchema{{"x", "index"}, {"y"}, AutocastPolicy::kKeep}),
+                 dim_op<GatherOp>());
+KILN_REGISTER_OP("scatter_add", (OpSchema{{"x", "index", "src"}, {"y"}, AutocastPolicy::kPromote}),
+                 dim_op<ScatterAddOp>());
+KILN_REGISTER_OP("index_select", (OpSchema{{"x", "index"}, {"y"}, AutocastPolicy::kKeep}),
+                 dim_op<IndexSelectOp>());
+KILN_REGISTER_OP("masked_fill", (OpSchema{{"x", "mask"}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const MaskedFillOp>(a.f("value"));
+                 });
+KILN_REGISTER_OP("one_hot", (OpSchema{{"labels"}, {"y"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const OneHotOp>(a.i("num_classes"));
+                 });
 
 }  // namespace
 

@@ -157,10 +157,12 @@ class InterpolateBackwardOp final : public Op {
   detail::InterpolateBackwardAttrs a_;
 };
 
-KILN_REGISTER_OP("interpolate", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const InterpolateOp>(resize_from_json(a));
-});
-KILN_REGISTER_OP("interpolate_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+KILN_REGISTER_OP("interpolate", (OpSchema{{"input"}, {"output"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const InterpolateOp>(resize_from_json(a));
+                 });
+KILN_REGISTER_OP("interpolate_backward",
+                 (OpSchema{{"grad_output"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const InterpolateBackwardOp>(a.ints("input_shape"),
                                                                         resize_from_json(a));

@@ -84,7 +84,7 @@ class CatOp final : public Op {
   detail::CatAttrs a_;
 };
 
-KILN_REGISTER_OP("cat", (OpSchema{{"tensors..."}, {"y"}}),
+KILN_REGISTER_OP("cat", (OpSchema{{"tensors..."}, {"y"}, AutocastPolicy::kPromote}),
                  [](const Attrs& a) -> OpPtr { return std::make_shared<const CatOp>(a.i("dim")); });
 
 }  // namespace

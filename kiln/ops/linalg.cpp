@@ -82,7 +82,8 @@ class BmmOp final : public Op {
   }
 };
 
-KILN_REGISTER_OP("bmm", (OpSchema{{"a", "b"}, {"y"}}), no_attrs<BmmOp>());
+KILN_REGISTER_OP("bmm", (OpSchema{{"a", "b"}, {"y"}, AutocastPolicy::kLowPrecision}),
+                 no_attrs<BmmOp>());
 
 }  // namespace
 

@@ -167,7 +167,8 @@ class CrossEntropyOp final : public Op {
   detail::CrossEntropyAttrs a_;
 };
 
-KILN_REGISTER_OP("cross_entropy", (OpSchema{{"input", "target", "weight?"}, {"loss"}}),
+KILN_REGISTER_OP("cross_entropy",
+                 (OpSchema{{"input", "target", "weight?"}, {"loss"}, AutocastPolicy::kFloat32}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const CrossEntropyOp>(
                        a.i("ignore_index"), reduction_from_string(a.s("reduction")),

@@ -138,7 +138,8 @@ class MatmulOp final : public CompositeOp {
   }
 };
 
-KILN_REGISTER_OP("matmul", (OpSchema{{"a", "b"}, {"y"}}), no_attrs<MatmulOp>());
+KILN_REGISTER_OP("matmul", (OpSchema{{"a", "b"}, {"y"}, AutocastPolicy::kLowPrecision}),
+                 no_attrs<MatmulOp>());
 
 // y = x W^T + b over the last dim of x (torch.nn.functional.linear, ONNX Gemm with transB), with
 // the documented shapes only: weight [out, in], bias [out] or one value. (PyTorch 1.13 also takes
@@ -177,10 +178,9 @@ class LinearOp final : public CompositeOp {
   bool has_bias_;
 };
 
-KILN_REGISTER_OP("linear", (OpSchema{{"input", "weight", "bias?"}, {"output"}}),
-                 [](const Attrs& a) -> OpPtr {
-                   return std::make_shared<const LinearOp>(a.b("has_bias"));
-                 });
+KILN_REGISTER_OP(
+    "linear", (OpSchema{{"input", "weight", "bias?"}, {"output"}, AutocastPolicy::kLowPrecision}),
+    [](const Attrs& a) -> OpPtr { return std::make_shared<const LinearOp>(a.b("has_bias")); });
 
 }  // namespace
 

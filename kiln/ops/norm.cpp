@@ -132,12 +132,18 @@ OpPtr make_norm(const Attrs& a) {
                                                 : 0;
   return std::make_shared<const NormOp>(kKind, k, a.f("eps"), a.b("has_weight"), a.b("has_bias"));
 }
-KILN_REGISTER_OP("batch_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
-                 make_norm<NormKind::kBatch>);
-KILN_REGISTER_OP("layer_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
-                 make_norm<NormKind::kLayer>);
-KILN_REGISTER_OP("group_norm", (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}}),
-                 make_norm<NormKind::kGroup>);
+KILN_REGISTER_OP(
+    "batch_norm",
+    (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}, AutocastPolicy::kFloat32}),
+    make_norm<NormKind::kBatch>);
+KILN_REGISTER_OP(
+    "layer_norm",
+    (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}, AutocastPolicy::kFloat32}),
+    make_norm<NormKind::kLayer>);
+KILN_REGISTER_OP(
+    "group_norm",
+    (OpSchema{{"input", "weight?", "bias?"}, {"output", "mean", "var"}, AutocastPolicy::kFloat32}),
+    make_norm<NormKind::kGroup>);
 
 }  // namespace
 

@@ -69,7 +69,8 @@ class BatchNormBackwardOp final : public Op {
 KILN_REGISTER_OP("batch_norm_backward",
                  (OpSchema{
                      {"grad_output", "input", "mean", "var", "weight?", "grad_mean?", "grad_var?"},
-                     {"grad_input", "grad_weight", "grad_bias"}}),
+                     {"grad_input", "grad_weight", "grad_bias"},
+                     AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const BatchNormBackwardOp>(a.f("eps"), a.b("has_weight"),
                                                                       a.b("has_stat_grads"));

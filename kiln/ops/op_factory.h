@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ops/autocast_policy.h"
 #include "kiln/ops/op.h"
 
 namespace kiln {
@@ -57,6 +58,8 @@ nlohmann::json attr_optional(const std::optional<int64_t>& v);
 struct OpSchema {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
+  // How the op runs inside an autocast region (Note [autocast policy]); every op declares one.
+  AutocastPolicy autocast = AutocastPolicy::kUndeclared;
   // Whether n inputs (outputs) fit the schema.
   bool accepts_inputs(size_t n) const;
   bool accepts_outputs(size_t n) const;

@@ -101,7 +101,8 @@ OpPtr make_update(const Attrs& a) {
   return std::make_shared<const UpdateOp>(kUpdateNames[static_cast<int>(kKind)], a.json());
 }
 
-#define KILN_UPDATE_SCHEMA (OpSchema{{"param", "grad", "state..."}, {"param", "state..."}})
+#define KILN_UPDATE_SCHEMA \
+  (OpSchema{{"param", "grad", "state..."}, {"param", "state..."}, AutocastPolicy::kKeep})
 KILN_REGISTER_OP(kUpdateNames[0], KILN_UPDATE_SCHEMA, make_update<detail::OptimizerUpdate::kSgd>);
 KILN_REGISTER_OP(kUpdateNames[1], KILN_UPDATE_SCHEMA, make_update<detail::OptimizerUpdate::kAdam>);
 KILN_REGISTER_OP(kUpdateNames[2], KILN_UPDATE_SCHEMA,

@@ -121,10 +121,11 @@ class PadBackwardOp final : public Op {
   detail::PadBackwardAttrs a_;
 };
 
-KILN_REGISTER_OP("pad", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const PadOp>(a.ints("pads"), a.s("mode"), a.f("value"));
-});
-KILN_REGISTER_OP("pad_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+KILN_REGISTER_OP("pad", (OpSchema{{"input"}, {"output"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const PadOp>(a.ints("pads"), a.s("mode"), a.f("value"));
+                 });
+KILN_REGISTER_OP("pad_backward", (OpSchema{{"grad_output"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const PadBackwardOp>(a.ints("input_shape"),
                                                                 a.ints("pads"), a.s("mode"));

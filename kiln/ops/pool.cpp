@@ -123,13 +123,16 @@ OpPtr make_max_pool(const Attrs& a) {
   return std::make_shared<const MaxPool2dOp>(max_from_json(a), kWithIndices);
 }
 // Both names output the indices too (the gradient reads them); max_pool2d() returns the first.
-KILN_REGISTER_OP("max_pool2d", (OpSchema{{"input"}, {"output", "indices"}}), make_max_pool<false>);
-KILN_REGISTER_OP("max_pool2d_with_indices", (OpSchema{{"input"}, {"output", "indices"}}),
+KILN_REGISTER_OP("max_pool2d", (OpSchema{{"input"}, {"output", "indices"}, AutocastPolicy::kKeep}),
+                 make_max_pool<false>);
+KILN_REGISTER_OP("max_pool2d_with_indices",
+                 (OpSchema{{"input"}, {"output", "indices"}, AutocastPolicy::kKeep}),
                  make_max_pool<true>);
-KILN_REGISTER_OP("avg_pool2d", (OpSchema{{"input"}, {"output"}}), [](const Attrs& a) -> OpPtr {
-  return std::make_shared<const AvgPool2dOp>(avg_from_json(a));
-});
-KILN_REGISTER_OP("adaptive_avg_pool2d", (OpSchema{{"input"}, {"output"}}),
+KILN_REGISTER_OP("avg_pool2d", (OpSchema{{"input"}, {"output"}, AutocastPolicy::kKeep}),
+                 [](const Attrs& a) -> OpPtr {
+                   return std::make_shared<const AvgPool2dOp>(avg_from_json(a));
+                 });
+KILN_REGISTER_OP("adaptive_avg_pool2d", (OpSchema{{"input"}, {"output"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const AdaptiveAvgPool2dOp>(
                        pair_from_json(a, "output_size"));

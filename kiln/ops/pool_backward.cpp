@@ -121,17 +121,20 @@ class AdaptiveAvgPool2dBackwardOp final : public Op {
   Size2 input_size_;
 };
 
-KILN_REGISTER_OP("max_pool2d_backward", (OpSchema{{"grad_output", "indices"}, {"grad_input"}}),
+KILN_REGISTER_OP("max_pool2d_backward",
+                 (OpSchema{{"grad_output", "indices"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const MaxPool2dBackwardOp>(
                        pair_from_json(a, "input_size"));
                  });
-KILN_REGISTER_OP("avg_pool2d_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+KILN_REGISTER_OP("avg_pool2d_backward",
+                 (OpSchema{{"grad_output"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const AvgPool2dBackwardOp>(
                        pair_from_json(a, "input_size"), avg_from_json(a));
                  });
-KILN_REGISTER_OP("adaptive_avg_pool2d_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+KILN_REGISTER_OP("adaptive_avg_pool2d_backward",
+                 (OpSchema{{"grad_output"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const AdaptiveAvgPool2dBackwardOp>(
                        pair_from_json(a, "input_size"));

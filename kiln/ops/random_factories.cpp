@@ -96,10 +96,14 @@ OpPtr make_random(const Attrs& a) {
   return std::make_shared<const RandomOp>(kDist, detail::FactorySpec::from_json(a), d);
 }
 
-KILN_REGISTER_OP("rand", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kUniform>);
-KILN_REGISTER_OP("randn", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kNormal>);
-KILN_REGISTER_OP("randint", (OpSchema{{"like?"}, {"y"}}), make_random<Dist::kRandint>);
-KILN_REGISTER_OP("bernoulli", (OpSchema{{"like?"}, {"mask"}}), make_random<Dist::kBernoulli>);
+KILN_REGISTER_OP("rand", (OpSchema{{"like?"}, {"y"}, AutocastPolicy::kKeep}),
+                 make_random<Dist::kUniform>);
+KILN_REGISTER_OP("randn", (OpSchema{{"like?"}, {"y"}, AutocastPolicy::kKeep}),
+                 make_random<Dist::kNormal>);
+KILN_REGISTER_OP("randint", (OpSchema{{"like?"}, {"y"}, AutocastPolicy::kKeep}),
+                 make_random<Dist::kRandint>);
+KILN_REGISTER_OP("bernoulli", (OpSchema{{"like?"}, {"mask"}, AutocastPolicy::kKeep}),
+                 make_random<Dist::kBernoulli>);
 
 }  // namespace
 

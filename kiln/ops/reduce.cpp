@@ -170,13 +170,16 @@ OpFactory arg_op() {
     return std::make_shared<const O>(a.opt_i("dim"), a.b("keepdim"));
   };
 }
-const OpSchema kReduceSchema{{"x"}, {"y"}};
+// sum and prod accumulate, so they run in float32 under autocast; max, min and their arguments
+// are exact in any dtype.
+const OpSchema kReduceSchema{{"x"}, {"y"}, AutocastPolicy::kFloat32};
+const OpSchema kExtremumSchema{{"x"}, {"y"}, AutocastPolicy::kKeep};
 KILN_REGISTER_OP("sum", kReduceSchema, reduce_op<SumOp>());
 KILN_REGISTER_OP("prod", kReduceSchema, reduce_op<ProdOp>());
-KILN_REGISTER_OP("max", kReduceSchema, reduce_op<ExtremumOp<true>>());
-KILN_REGISTER_OP("min", kReduceSchema, reduce_op<ExtremumOp<false>>());
-KILN_REGISTER_OP("argmax", kReduceSchema, arg_op<ArgExtremumOp<true>>());
-KILN_REGISTER_OP("argmin", kReduceSchema, arg_op<ArgExtremumOp<false>>());
+KILN_REGISTER_OP("max", kExtremumSchema, reduce_op<ExtremumOp<true>>());
+KILN_REGISTER_OP("min", kExtremumSchema, reduce_op<ExtremumOp<false>>());
+KILN_REGISTER_OP("argmax", kExtremumSchema, arg_op<ArgExtremumOp<true>>());
+KILN_REGISTER_OP("argmin", kExtremumSchema, arg_op<ArgExtremumOp<false>>());
 
 }  // namespace
 

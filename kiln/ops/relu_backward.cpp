@@ -41,7 +41,8 @@ class ReluBackwardOp final : public Op {
   }
 };
 
-KILN_REGISTER_OP("relu_backward", (OpSchema{{"grad_output", "input"}, {"grad_input"}}),
+KILN_REGISTER_OP("relu_backward",
+                 (OpSchema{{"grad_output", "input"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  no_attrs<ReluBackwardOp>());
 
 }  // namespace

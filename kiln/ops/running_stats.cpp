@@ -71,7 +71,8 @@ class RunningStatOp final : public Op {
   detail::RunningStatAttrs a_;
 };
 
-KILN_REGISTER_OP("running_stat_update", (OpSchema{{"running", "batch_stat", "x"}, {"running"}}),
+KILN_REGISTER_OP("running_stat_update",
+                 (OpSchema{{"running", "batch_stat", "x"}, {"running"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const RunningStatOp>(
                        detail::RunningStatAttrs{a.f("momentum"), a.b("unbiased")});

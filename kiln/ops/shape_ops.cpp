@@ -449,7 +449,7 @@ OpPtr make_reshape(const Attrs& a) {
   return std::make_shared<const ReshapeOp>(kName, a.ints("shape"));
 }
 constexpr char kReshape[] = "reshape", kView[] = "view";
-const OpSchema kViewSchema{{"x"}, {"y"}};
+const OpSchema kViewSchema{{"x"}, {"y"}, AutocastPolicy::kKeep};
 KILN_REGISTER_OP(kReshape, kViewSchema, make_reshape<kReshape>);
 KILN_REGISTER_OP(kView, kViewSchema, make_reshape<kView>);
 KILN_REGISTER_OP("squeeze", kViewSchema, [](const Attrs& a) -> OpPtr {
@@ -470,7 +470,8 @@ KILN_REGISTER_OP("permute", kViewSchema, [](const Attrs& a) -> OpPtr {
 KILN_REGISTER_OP("slice", kViewSchema, [](const Attrs& a) -> OpPtr {
   return std::make_shared<const SliceOp>(a.i("dim"), a.opt_i("start"), a.opt_i("end"), a.i("step"));
 });
-KILN_REGISTER_OP("slice_backward", (OpSchema{{"grad_output"}, {"grad_input"}}),
+KILN_REGISTER_OP("slice_backward",
+                 (OpSchema{{"grad_output"}, {"grad_input"}, AutocastPolicy::kKeep}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const SliceBackwardOp>(
                        a.ints("shape"), a.i("dim"), a.i("start"), a.i("end"), a.i("step"));

@@ -57,8 +57,10 @@ template <bool kLog>
 OpPtr make_softmax(const Attrs& a) {
   return std::make_shared<const SoftmaxOp<kLog>>(a.i("dim"));
 }
-KILN_REGISTER_OP("softmax", (OpSchema{{"x"}, {"y"}}), make_softmax<false>);
-KILN_REGISTER_OP("log_softmax", (OpSchema{{"x"}, {"y"}}), make_softmax<true>);
+KILN_REGISTER_OP("softmax", (OpSchema{{"x"}, {"y"}, AutocastPolicy::kFloat32}),
+                 make_softmax<false>);
+KILN_REGISTER_OP("log_softmax", (OpSchema{{"x"}, {"y"}, AutocastPolicy::kFloat32}),
+                 make_softmax<true>);
 
 }  // namespace
 

@@ -61,17 +61,20 @@ constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
 
 struct NegFn : Integral {
   static constexpr const char* kName = "neg";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return neg(g); }
 };
 
 struct AbsFn : Integral {
   static constexpr const char* kName = "abs";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, sign(x)); }
 };
 
 struct SignFn : Integral {
   static constexpr const char* kName = "sign";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   static constexpr bool kAcceptsBool = true;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = false};
   Tensor grad(const Tensor&, const Tensor&, const Tensor& g) const { return zeros_like(g); }
@@ -79,6 +82,7 @@ struct SignFn : Integral {
 
 struct ReluFn : Integral {
   static constexpr const char* kName = "relu";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   // y > 0 exactly where x > 0 (and a NaN x gives a NaN y), so the gradient needs only y, which
   // the next op (a convolution, a linear layer) saves anyway: saving x would keep a second
   // activation alive (PyTorch saves the result too).
@@ -90,6 +94,7 @@ struct ReluFn : Integral {
 // kiln/backend/cpu/unary_ops.cpp).
 struct ClampFn : Integral {
   static constexpr const char* kName = "clamp";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   detail::ClampAttrs a;
   ClampFn(std::optional<double> lo, std::optional<double> hi) : a{lo, hi} {}
   nlohmann::json attrs() const {
@@ -111,28 +116,33 @@ struct ClampFn : Integral {
 
 struct ExpFn : Floating {
   static constexpr const char* kName = "exp";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return mul(g, y); }
 };
 
 struct LogFn : Floating {
   static constexpr const char* kName = "log";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, x); }
 };
 
 struct Log1pFn : Floating {
   static constexpr const char* kName = "log1p";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return div(g, add(x, 1.0)); }
 };
 
 struct SqrtFn : Floating {
   static constexpr const char* kName = "sqrt";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const { return div(g, mul(y, 2.0)); }
 };
 
 struct RsqrtFn : Floating {
   static constexpr const char* kName = "rsqrt";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   // d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
@@ -142,16 +152,19 @@ struct RsqrtFn : Floating {
 
 struct SinFn : Floating {
   static constexpr const char* kName = "sin";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return mul(g, cos(x)); }
 };
 
 struct CosFn : Floating {
   static constexpr const char* kName = "cos";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const { return neg(mul(g, sin(x))); }
 };
 
 struct TanhFn : Floating {
   static constexpr const char* kName = "tanh";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, sub(1.0, mul(y, y)));
@@ -160,6 +173,7 @@ struct TanhFn : Floating {
 
 struct SigmoidFn : Floating {
   static constexpr const char* kName = "sigmoid";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   static constexpr Op::Saves kSaves{.inputs = false, .outputs = true};
   Tensor grad(const Tensor&, const Tensor& y, const Tensor& g) const {
     return mul(g, mul(y, sub(1.0, y)));
@@ -169,6 +183,7 @@ struct SigmoidFn : Floating {
 // Exact gelu's gradient needs the normal CDF, hence erf.
 struct ErfFn : Floating {
   static constexpr const char* kName = "erf";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
   }
@@ -176,6 +191,7 @@ struct ErfFn : Floating {
 
 struct GeluFn : FloatingOnly {
   static constexpr const char* kName = "gelu";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   detail::GeluAttrs a;
   explicit GeluFn(std::string approximate) {
     a.use_tanh = approximate == "tanh";
@@ -206,6 +222,7 @@ struct GeluFn : FloatingOnly {
 
 struct SiluFn : FloatingOnly {
   static constexpr const char* kName = "silu";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kKeep;
   // d/dx x s(x) = s (1 + x (1 - s))
   Tensor grad(const Tensor& x, const Tensor&, const Tensor& g) const {
     Tensor s = sigmoid(x);
@@ -215,6 +232,7 @@ struct SiluFn : FloatingOnly {
 
 struct SoftplusFn : FloatingOnly {
   static constexpr const char* kName = "softplus";
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   detail::SoftplusAttrs a;
   SoftplusFn(double beta, double threshold) : a{beta, threshold} {}
   nlohmann::json attrs() const {
@@ -229,6 +247,7 @@ struct SoftplusFn : FloatingOnly {
 
 struct PowFn : Floating {
   static constexpr const char* kName = "pow_scalar";  // "pow" is the tensor-exponent op
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::kFloat32;
   detail::PowScalarAttrs a;
   explicit PowFn(double exponent) : a{exponent} {}
   nlohmann::json attrs() const { return {{"exponent", attr_double(a.exponent)}}; }
@@ -303,7 +322,7 @@ OpPtr make_unary(const Attrs& a) {
 }
 template <class... Fn>
 bool register_unary_ops() {
-  return (register_op({Fn::kName, {{"x"}, {"y"}}, make_unary<Fn>}) & ...);
+  return (register_op({Fn::kName, {{"x"}, {"y"}, Fn::kAutocast}, make_unary<Fn>}) & ...);
 }
 const bool unary_ops_registered =
     register_unary_ops<NegFn, AbsFn, SignFn, ReluFn, ClampFn, ExpFn, LogFn, Log1pFn, SqrtFn,

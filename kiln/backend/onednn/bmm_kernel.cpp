@@ -54,6 +54,9 @@ struct MatmulEntry {
   dnnl::matmul primitive;
   dnnl::memory::desc a_md, b_md, c_md, scratch_md;
   bool copy_inputs = false;  // the given layout only had oneDNN's slow reference kernel
+  // A 16-bit product for which oneDNN has only its reference kernel even on contiguous operands
+  // (a CPU without AVX512-BF16; float16 on any CPU with oneDNN 2.6).
+  bool reference_only = false;
 };
 
 LruCache<MatmulEntry>& matmul_cache() {
@@ -65,12 +68,12 @@ std::string dims_key(const dnnl::memory::dims& d) {
   return shape_str(std::vector<int64_t>(d));
 }
 
-MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory::dims& c_dims) {
-  using dt = dnnl::memory::data_type;
+MatmulEntry build_matmul(const MatDesc& a, const MatDesc& b, const dnnl::memory::dims& c_dims,
+                         dnnl::memory::data_type dt) {
   MatmulEntry e;
-  e.a_md = dnnl::memory::desc(a.dims, dt::f32, a.strides);
-  e.b_md = dnnl::memory::desc(b.dims, dt::f32, b.strides);
-  e.c_md = dnnl::memory::desc(c_dims, dt::f32, dnnl::memory::format_tag::abc);
+  e.a_md = dnnl::memory::desc(a.dims, dt, a.strides);
+  e.b_md = dnnl::memory::desc(b.dims, dt, b.strides);
+  e.c_md = dnnl::memory::desc(c_dims, dt, dnnl::memory::format_tag::abc);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md),
                                   user_scratchpad_attr(), dnnl_engine());
   e.primitive = dnnl::matmul(pd);
@@ -103,33 +106,38 @@ constexpr int64_t kSmallGemm = int64_t{1} << 16;
 
 }  // namespace
 
-void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+bool onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   ScopedThreads threads(out.numel() * a.size(2) < kSmallGemm);
+  const DType dtype = out.dtype();
+  const dnnl::memory::data_type dt = *dnnl_dtype(dtype);
   std::optional<MatDesc> da = describe_operand(a), db = describe_operand(b);
-  Tensor aa = da ? a : dense(a, DType::Float32);
-  Tensor bb = db ? b : dense(b, DType::Float32);
+  Tensor aa = da ? a : dense(a, dtype);
+  Tensor bb = db ? b : dense(b, dtype);
   if (!da) da = contiguous_desc(aa);
   if (!db) db = contiguous_desc(bb);
   const dnnl::memory::dims c_dims{out.size(0), out.size(1), out.size(2)};
   // The team size shapes the primitive's scratchpad (Note [scratchpads]), so it is in the key.
   const std::string key = dims_key(da->dims) + dims_key(da->strides) + dims_key(db->dims) +
                           dims_key(db->strides) + dims_key(c_dims) + "|" +
-                          std::to_string(omp_get_max_threads());
+                          std::to_string(omp_get_max_threads()) + "|" + dtype_name(dtype);
   MatmulEntry e = matmul_cache().get_or_create(key, [&] {
     MatmulEntry built;
     try {
-      built = build_matmul(*da, *db, c_dims);
+      built = build_matmul(*da, *db, c_dims, dt);
     } catch (const dnnl::error&) {
       built.copy_inputs = true;  // a layout oneDNN refuses: copy it to a contiguous one
     }
     if (!built.copy_inputs) return built;
-    MatmulEntry plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims);
+    MatmulEntry plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims, dt);
+    // Built for contiguous operands, a reference kernel means the CPU lacks the dtype.
+    plain.reference_only = dtype != DType::Float32 && plain.copy_inputs;
     plain.copy_inputs = true;
     return plain;
   });
+  if (e.reference_only) return false;
   if (e.copy_inputs) {
-    aa = dense(a, DType::Float32);
-    bb = dense(b, DType::Float32);
+    aa = dense(a, dtype);
+    bb = dense(b, dtype);
   }
   dnnl::engine& eng = dnnl_engine();
   dnnl::memory am(e.a_md, eng, aa.raw_data());
@@ -143,6 +151,7 @@ void onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch_md, eng, scratch.raw_data());
   e.primitive.execute(s, args);
   s.wait();
+  return true;
 }
 
 }  // namespace kiln::detail

@@ -1,7 +1,7 @@
-// The convolution kernels, the entry points the conv ops call: float32 (and 16-bit floats,
-// computed in float32) through one oneDNN runner that takes each operand from the right place
-// (the caches, a pending blocked form, or a reorder) and runs the pass; float64 through the
-// reference loops. Geometry and checks are in kiln/ops/conv_geometry.cpp, attributes in
+// The convolution kernels, the entry points the conv ops call: float32 and the 16-bit floats
+// (Note [low-precision convolutions]) through one oneDNN runner that takes each operand from the
+// right place (the caches, a pending blocked form, or a reorder) and runs the pass; float64 through
+// the reference loops. Geometry and checks are in kiln/ops/conv_geometry.cpp, attributes in
 // kiln/ops/conv_attrs.cpp; here: primitives in conv_primitives.cpp, caches in
 // conv_weight_cache.cpp, deferral in conv_blocked_activation.cpp; the loops in
 // kiln/backend/cpu/conv_reference.cpp.
@@ -18,6 +18,7 @@
 #include "kiln/backend/onednn/conv_blocked_activation.h"
 #include "kiln/backend/onednn/conv_primitives.h"
 #include "kiln/backend/onednn/conv_weight_cache.h"
+#include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
@@ -30,29 +31,44 @@ namespace detail {
 
 namespace {
 
-// A float32 activation oneDNN can read as it is: t itself when it is float32 and contiguous or
-// channels-last, else a copy in t's layout (channels-last stays channels-last).
-Tensor dense_activation(const Tensor& t) {
+// An activation of dtype dt oneDNN can read as it is: t itself when it has that dtype and is
+// contiguous or channels-last, else a copy in t's layout (channels-last stays channels-last).
+Tensor dense_activation(const Tensor& t, DType dt) {
   const bool last = t.is_channels_last();
-  if ((t.is_contiguous() || last) && t.dtype() == DType::Float32) return t;
-  Tensor out = empty(t.shape(), {DType::Float32, t.device(), false,
+  if ((t.is_contiguous() || last) && t.dtype() == dt) return t;
+  Tensor out = empty(t.shape(), {dt, t.device(), false,
                                  last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous});
   copy_into(out, t);
   return out;
 }
 
-// Runs one pass on float32 operands; `a` and `b` are the pass's two inputs in the order of the
-// kernels below, `bias` the forward's bias (may be null), `ep` a forward's epilogue (may be null).
-// For a forward, `pass` is kForward and policy p picks the pass that runs (forward_pass); the
-// backward passes ignore p. `publish`: out is the op's result, written here and nowhere else
-// (Note [blocked activations]).
+// Note [low-precision convolutions]: a bfloat16 convolution (each pass) runs on oneDNN's bfloat16
+// kernels where the CPU has them (AVX512-BF16, AMX; onednn_native_low_precision), accumulating
+// in float32 with a float32 bias, and rounds its output once. Elsewhere, and for float16 (oneDNN
+// 2.6 has no CPU float16 kernels), the operands are converted to float32, which gives the same
+// values up to summation order. The float32-only refinements stay float32-only: the inference
+// weight cache, deferred blocked outputs and blocked gradients, folded epilogues and Winograd.
+DType compute_dtype(const Tensor& out, const ConvEpilogue* ep) {
+  return out.dtype() == DType::BFloat16 && ep == nullptr &&
+                 onednn_native_low_precision(DType::BFloat16)
+             ? DType::BFloat16
+             : DType::Float32;
+}
+
+// Runs one pass on float32 (or bfloat16, Note [low-precision convolutions]) operands; `a` and `b`
+// are the pass's two inputs in the order of the kernels below, `bias` the forward's bias (may be
+// null), `ep` a forward's epilogue (may be null). For a forward, `pass` is kForward and policy p
+// picks the pass that runs (forward_pass); the backward passes ignore p. `publish`: out is the op's
+// result, written here and nowhere else (Note [blocked activations]).
 void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a, const Tensor& b,
                  const Tensor* bias, const Tensor& out, const ConvEpilogue* ep = nullptr,
                  bool publish = false) {
   // The activations among the operands: a and out always, b in the weight gradient.
   const bool weights_pass = pass == Pass::kBackwardWeights;
-  const Tensor a32 = dense_activation(a);
-  const Tensor b32 = weights_pass ? dense_activation(b) : dense(b, DType::Float32);
+  const DType cdt = compute_dtype(out, ep);
+  const bool low = cdt != DType::Float32;  // Note [low-precision convolutions]
+  const Tensor a32 = dense_activation(a, cdt);
+  const Tensor b32 = weights_pass ? dense_activation(b, cdt) : dense(b, cdt);
   ActivationLayouts layouts;
   if (pass == Pass::kBackwardData) {
     layouts = {out.is_channels_last(), a32.is_channels_last()};
@@ -74,13 +90,13 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
   const bool forward = is_forward(pass);
   // Note [channels-last training]: the activation the pass reads decides.
   layouts.nhwc_kernel = a32.is_channels_last() && !(forward && p.inference());
-  if (forward) pass = forward_pass(g, p, bias != nullptr, layouts);
-  const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts);
+  if (forward) pass = forward_pass(g, p, bias != nullptr, layouts, cdt);
+  const std::shared_ptr<const ConvEntry> entry = conv_entry(pass, g, bias != nullptr, layouts, cdt);
   const ConvEntry& e = *entry;
-  const bool direct = out.dtype() == DType::Float32;
+  const bool direct = out.dtype() == cdt;
   const Tensor o32 = direct
                          ? out
-                         : empty(out.shape(), {DType::Float32, out.device(), false,
+                         : empty(out.shape(), {cdt, out.device(), false,
                                                out.is_channels_last() ? MemoryFormat::kChannelsLast
                                                                       : MemoryFormat::kContiguous});
   dnnl::engine& eng = dnnl_engine();
@@ -90,7 +106,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
   // Forward weights are `b` (Note [conv weight cache]).
   const bool inference_forward = forward && p.inference();
   const bool cached_weight =
-      inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
+      !low && inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
   const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
     if (op == &e.b && fold != nullptr && !cached_weight) {
@@ -98,7 +114,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
-    if (op == &e.a && forward && op->needs_reorder() && t->is_same(a)) {
+    if (!low && op == &e.a && forward && op->needs_reorder() && t->is_same(a)) {
       // Note [blocked activations]: checked before raw_data(), which would write `a` out.
       Tensor pending = pending_blocked(a, op->plain, op->chosen);
       if (pending.defined()) {
@@ -121,7 +137,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     const Tensor& original = op == &e.a ? a : b;
     const bool is_grad_output = (pass == Pass::kBackwardData && op == &e.a) ||
                                 (pass == Pass::kBackwardWeights && op == &e.b);
-    if (is_grad_output && t->is_same(original)) {
+    if (!low && is_grad_output && t->is_same(original)) {
       keep.push_back(blocked_grad_output(original, *op));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
@@ -170,7 +186,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
   // Note [blocked activations]: the output stays blocked until someone reads its memory.
-  const bool defer = publish && direct && inference_forward && e.out.needs_reorder() &&
+  const bool defer = publish && !low && direct && inference_forward && e.out.needs_reorder() &&
                      out.storage_offset() == 0 && out.nbytes() == out.storage()->nbytes();
   if (e.out.needs_reorder() && !defer) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();

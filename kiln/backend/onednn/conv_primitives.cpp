@@ -19,21 +19,22 @@ struct ConvDescs {
   dnnl::memory::dims strides, dilates, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l = {}) {
+ConvDescs conv_descs(const ConvGeometry& g, bool with_bias, bool any, ActivationLayouts l,
+                     DType dtype) {
   using tag = dnnl::memory::format_tag;
-  const auto f32 = dnnl::memory::data_type::f32;
+  const auto dt = *dnnl_dtype(dtype);
+  const auto bias_dt = dnnl::memory::data_type::f32;
   const auto plain = [&](bool nhwc) {
     if (any) return l.nhwc_kernel ? tag::nhwc : tag::any;
     return nhwc ? tag::nhwc : tag::nchw;
   };
   ConvDescs d;
-  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, f32, plain(l.src_nhwc));
-  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, f32, plain(l.dst_nhwc));
-  d.wei = g.groups == 1
-              ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, f32, any ? tag::any : tag::oihw)
-              : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
-                                   any ? tag::any : tag::goihw);
-  if (with_bias) d.bias = dnnl::memory::desc({g.o}, f32, tag::x);
+  d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, dt, plain(l.src_nhwc));
+  d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt, plain(l.dst_nhwc));
+  d.wei = g.groups == 1 ? dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, dt, any ? tag::any : tag::oihw)
+                        : dnnl::memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw},
+                                             dt, any ? tag::any : tag::goihw);
+  if (with_bias) d.bias = dnnl::memory::desc({g.o}, bias_dt, tag::x);
   d.strides = {g.sh, g.sw};
   d.dilates = {g.dh - 1, g.dw - 1};  // oneDNN counts the gaps: 0 is a dense kernel
   d.pad_l = {g.pt, g.pl};
@@ -83,9 +84,11 @@ std::optional<dnnl::convolution_backward_weights::primitive_desc> gemm_weight_gr
   return std::nullopt;
 }
 
-ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts) {
-  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts);
-  const ConvDescs d = conv_descs(g, with_bias, /*any=*/true, {.nhwc_kernel = layouts.nhwc_kernel});
+ConvEntry build_conv(Pass pass, const ConvGeometry& g, bool with_bias, ActivationLayouts layouts,
+                     DType dtype) {
+  const ConvDescs plain = conv_descs(g, with_bias, /*any=*/false, layouts, dtype);
+  const ConvDescs d =
+      conv_descs(g, with_bias, /*any=*/true, {.nhwc_kernel = layouts.nhwc_kernel}, dtype);
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::engine& eng = dnnl_engine();
   dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -187,13 +190,15 @@ Tensor scratch(const dnnl::memory::desc& desc) {
 // oneDNN sizes a primitive's scratchpad for the team it was created with, so the team size is
 // part of the key.
 std::shared_ptr<const ConvEntry> conv_entry(Pass pass, const ConvGeometry& g, bool with_bias,
-                                            ActivationLayouts l) {
+                                            ActivationLayouts l, DType dtype) {
   std::string key = g.key();
   const int threads = get_num_threads();
   key.append(reinterpret_cast<const char*>(&threads), sizeof(threads));
-  key += {static_cast<char>('0' + static_cast<int>(pass)), with_bias ? 'b' : '-', l.key()};
-  return conv_cache().get_or_create(
-      key, [&] { return std::make_shared<const ConvEntry>(build_conv(pass, g, with_bias, l)); });
+  key += {static_cast<char>('0' + static_cast<int>(pass)), with_bias ? 'b' : '-', l.key(),
+          static_cast<char>('A' + static_cast<int>(dtype))};
+  return conv_cache().get_or_create(key, [&] {
+    return std::make_shared<const ConvEntry>(build_conv(pass, g, with_bias, l, dtype));
+  });
 }
 
 Pass direct_pass(const ConvGeometry& g, ConvPolicy p) {
@@ -230,9 +235,12 @@ bool prefer_channels_last_training() {
   return prefer;
 }
 
-Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l) {
+Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l,
+                  DType dtype) {
   const Pass pass = requested_pass(g, p);
-  if (pass == Pass::kWinograd && !conv_entry(pass, g, with_bias, l)->winograd)
+  // oneDNN's Winograd kernels are float32 only.
+  if (pass == Pass::kWinograd &&
+      (dtype != DType::Float32 || !conv_entry(pass, g, with_bias, l, dtype)->winograd))
     return direct_pass(g, p);
   return pass;
 }

@@ -114,8 +114,10 @@ struct ConvEntry {
 };
 
 // The cached entry of one pass (built on a miss).
+// `dtype`: the activations' and weights' (float32, or bfloat16 on a CPU with native kernels, Note
+// [low-precision convolutions] in conv_kernels.cpp); a bias is float32 either way.
 std::shared_ptr<const ConvEntry> conv_entry(Pass pass, const ConvGeometry& g, bool with_bias,
-                                            ActivationLayouts l);
+                                            ActivationLayouts l, DType dtype = DType::Float32);
 
 // A float32 buffer of `bytes` from kiln's caching allocator, for a blocked copy of an operand.
 Tensor scratch(const dnnl::memory::desc& desc);
@@ -131,7 +133,8 @@ bool prefer_channels_last_training();
 // The forward pass that runs for policy p, with a bias or not, on operands in layouts l: the
 // requested one, except that a Winograd request oneDNN has no kernel for runs the direct pass of
 // the same purpose.
-Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l);
+Pass forward_pass(const ConvGeometry& g, ConvPolicy p, bool with_bias, ActivationLayouts l,
+                  DType dtype = DType::Float32);
 
 }  // namespace detail
 }  // namespace kiln

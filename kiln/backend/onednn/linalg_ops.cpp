@@ -1,6 +1,8 @@
-// bmm's CPU kernel in the kernel table (Note [kernel table]): float32 on oneDNN's matmul
-// (bmm_kernel.cpp), float64 on kiln's loop (kiln/backend/cpu/bmm_f64.cpp), 16-bit floats on
-// oneDNN in float32. The definition (infer, vjp) is in kiln/ops/linalg.cpp.
+// bmm's CPU kernel in the kernel table (Note [kernel table]): float32 and the 16-bit floats on
+// oneDNN's matmul (bmm_kernel.cpp; AVX512-BF16 / AMX kernels for bfloat16), float64 on kiln's loop
+// (kiln/backend/cpu/bmm_f64.cpp). A 16-bit product this CPU has no oneDNN kernel for is computed
+// in float32 and rounded once, which is what the native kernels' float32 accumulation gives too.
+// The definition (infer, vjp) is in kiln/ops/linalg.cpp.
 #include <cstring>
 #include <vector>
 
@@ -22,12 +24,9 @@ void bmm_kernel(const Op&, const std::vector<Tensor>& in, const std::vector<Tens
     std::memset(o.raw_data(), 0, o.nbytes());
     return;
   }
-  if (a.dtype() == DType::Float32) {
-    detail::onednn_bmm(a, b, o);
-  } else if (a.dtype() == DType::Float64) {
+  if (a.dtype() == DType::Float64) {
     detail::bmm_f64_kernel(a, b, o);
-  } else {
-    // 16-bit floats: oneDNN's f16/bf16 kernels depend on the CPU, so compute in float32.
+  } else if (!detail::onednn_bmm(a, b, o)) {
     Tensor o32 = empty(o.shape(), {DType::Float32});
     detail::onednn_bmm(detail::dense(a, DType::Float32), detail::dense(b, DType::Float32), o32);
     copy_into(o, o32);

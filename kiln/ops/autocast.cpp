@@ -1,0 +1,199 @@
+#include "kiln/ops/autocast.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "kiln/core/error.h"
+#include "kiln/core/grad_mode.h"
+#include "kiln/core/warning.h"
+#include "kiln/ops/dispatch_mode.h"
+#include "kiln/ops/dispatch_state.h"
+#include "kiln/ops/op_factory.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln {
+
+namespace detail {
+
+struct AutocastRegion {
+  DType dtype;
+  bool cache_enabled;
+  AutocastRegion* parent;
+  // A parameter's cast (Note [autocast]). `source` keeps the parameter alive, so its address is
+  // not reused for another tensor while the entry exists; `mode` is the innermost pushed dispatch
+  // mode when the cast was made, so a tracer started later makes (and records) its own cast.
+  struct Cached {
+    Tensor source;
+    uint64_t version;
+    const DispatchMode* mode;
+    Tensor cast;
+  };
+  std::unordered_map<const TensorImpl*, Cached> cache;
+
+  void clear_caches() {
+    for (AutocastRegion* r = this; r; r = r->parent) r->cache.clear();
+  }
+};
+
+namespace {
+std::atomic<bool (*)(DType)> native_query{nullptr};
+
+bool eligible(const Tensor& t) {
+  if (!t.defined()) return false;
+  const DType dt = t.dtype();
+  return dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16;
+}
+
+const DispatchMode* top_mode() {
+  const auto* stack = dispatch_tls.stack;
+  return stack && !stack->empty() ? stack->back().get() : nullptr;
+}
+
+Tensor cast(AutocastRegion& region, const Tensor& t, DType to, const Loc& loc) {
+  const bool cacheable = region.cache_enabled && to != DType::Float32 && t.is_leaf() &&
+                         t.requires_grad() && !t.is_meta() && !t.is_view();
+  if (!cacheable) return to_dtype(t, to, loc);
+  const DispatchMode* mode = top_mode();
+  auto it = region.cache.find(t.impl());
+  // A cast made with grad mode off has no history; reused with grad mode on it would cut the
+  // parameter off from its gradient.
+  if (it != region.cache.end() && it->second.version == t.version() && it->second.mode == mode &&
+      it->second.cast.dtype() == to && (it->second.cast.requires_grad() || !GradMode::is_enabled()))
+    return it->second.cast;
+  Tensor c = to_dtype(t, to, loc);
+  region.cache[t.impl()] = AutocastRegion::Cached{t, t.version(), mode, c};
+  return c;
+}
+
+// The dtype kPromote casts to: the widest floating dtype among the inputs (bfloat16 with float16
+// gives float32, as in PyTorch); nullopt when they already agree.
+std::optional<DType> promote_target(const std::vector<Tensor>& inputs) {
+  std::optional<DType> widest;
+  bool mixed = false;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    const DType dt = t.dtype();
+    if (!widest) {
+      widest = dt;
+      continue;
+    }
+    if (dt == *widest) continue;
+    mixed = true;
+    widest = promote_types(*widest, dt);
+  }
+  if (!mixed) return std::nullopt;
+  return widest;
+}
+}  // namespace
+
+void set_native_low_precision_query(bool (*query)(DType)) {
+  native_query.store(query);
+}
+
+std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const Op& op,
+                                                   const std::vector<Tensor>& inputs,
+                                                   const Loc& loc) {
+  DType target;
+  switch (autocast_policy(op)) {
+    case AutocastPolicy::kLowPrecision:
+      target = region.dtype;
+      break;
+    case AutocastPolicy::kFloat32:
+      target = DType::Float32;
+      break;
+    case AutocastPolicy::kPromote: {
+      std::optional<DType> widest = promote_target(inputs);
+      if (!widest) return std::nullopt;
+      target = *widest;
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  std::optional<std::vector<Tensor>> out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!eligible(inputs[i]) || inputs[i].dtype() == target) continue;
+    if (!out) out = inputs;
+    (*out)[i] = cast(region, inputs[i], target, loc);
+  }
+  return out;
+}
+
+AutocastSuspend::AutocastSuspend() : saved_(dispatch_tls.autocast) {
+  if (saved_) saved_->clear_caches();
+  dispatch_tls.autocast = nullptr;
+}
+
+AutocastSuspend::~AutocastSuspend() {
+  dispatch_tls.autocast = saved_;
+}
+
+}  // namespace detail
+
+const char* autocast_policy_name(AutocastPolicy policy) {
+  switch (policy) {
+    case AutocastPolicy::kUndeclared:
+      return "undeclared";
+    case AutocastPolicy::kLowPrecision:
+      return "low_precision";
+    case AutocastPolicy::kFloat32:
+      return "float32";
+    case AutocastPolicy::kPromote:
+      return "promote";
+    case AutocastPolicy::kKeep:
+      return "keep";
+  }
+  return "?";
+}
+
+AutocastPolicy autocast_policy(const Op& op) {
+  const OpDefinition* def = find_op_definition(op.name());
+  return def ? def->schema.autocast : AutocastPolicy::kKeep;
+}
+
+bool has_native_low_precision(DType dtype) {
+  if (const char* env = std::getenv("KILN_NATIVE_LOW_PRECISION"); env && *env)
+    return std::strcmp(env, "0") != 0;
+  bool (*query)(DType) = detail::native_query.load();
+  return query && query(dtype);
+}
+
+AutocastGuard::AutocastGuard(DType dtype, AutocastOptions options, const Loc& loc)
+    : dtype_(dtype), saved_(detail::dispatch_tls.autocast), region_(nullptr) {
+  if (dtype != DType::BFloat16 && dtype != DType::Float16)
+    fail("autocast", loc, "expected bfloat16 or float16 as the low precision, but got {}",
+         dtype_name(dtype));
+  if (options.enabled) {
+    if (options.force || has_native_low_precision(dtype)) {
+      region_ = new detail::AutocastRegion{
+          dtype, options.cache, static_cast<detail::AutocastRegion*>(saved_), {}};
+    } else {
+      warn_once(std::string("autocast-no-native-") + dtype_name(dtype),
+                fmt::format("autocast({}): this CPU has no native {} matmul and convolution "
+                            "kernels (oneDNN would convert to float32 and back, several times "
+                            "slower than float32), so the region runs in float32; pass "
+                            "AutocastOptions{{.force = true}} to use {} anyway",
+                            dtype_name(dtype), dtype_name(dtype), dtype_name(dtype)));
+    }
+  }
+  detail::dispatch_tls.autocast = static_cast<detail::AutocastRegion*>(region_);
+}
+
+AutocastGuard::~AutocastGuard() {
+  detail::dispatch_tls.autocast = static_cast<detail::AutocastRegion*>(saved_);
+  delete static_cast<detail::AutocastRegion*>(region_);
+}
+
+bool AutocastGuard::active() const {
+  return region_ != nullptr;
+}
+
+std::optional<DType> autocast_dtype() {
+  const detail::AutocastRegion* r = detail::dispatch_tls.autocast;
+  if (!r) return std::nullopt;
+  return r->dtype;
+}
+
+}  // namespace kiln
