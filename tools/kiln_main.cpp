@@ -139,6 +139,14 @@ int main(int argc, char** argv) {
   train->add_flag("--override", t.override_settings,
                   "with --resume: continue with flags that differ from the run's record (a "
                   "schedule is then stretched to a new --epochs from where the run is)");
+  train
+      ->add_option("--precision", t.precision,
+                   "compute precision: float32, bf16 (alias mixed_bfloat16) or fp16 (alias "
+                   "mixed_float16, with dynamic loss scaling); parameters stay float32. Where the "
+                   "CPU has no native kernels for it, kiln warns and keeps float32")
+      ->check(CLI::IsMember(
+          {"float32", "bf16", "bfloat16", "mixed_bfloat16", "fp16", "float16", "mixed_float16"}))
+      ->capture_default_str();
   train->add_flag("--compile", t.compile,
                   "run each step as one compiled graph (forward, loss, gradients), as Keras' "
                   "jit_compile");

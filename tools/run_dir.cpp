@@ -62,6 +62,7 @@ void for_each_setting(Args& a, F&& f) {
   f("checkpoint_best", a.checkpoint_best);
   f("reduce_lr_on_plateau", a.reduce_lr_on_plateau);
   f("lr_factor", a.lr_factor);
+  f("precision", a.precision);
 }
 
 void assign(TrainArgs& a, const std::string& key, const nlohmann::json& v) {

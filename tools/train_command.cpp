@@ -115,6 +115,7 @@ class EpochState final : public train::Callback {
         {"args", args_json(args_)}, {"data_info", info_.to_json()}, {"history", history_.metrics}};
     for (const auto& callback : stateful_) meta["callbacks"][callback->name()] = callback->state();
     if (early_ && early_->stopped_epoch() == epoch) meta["stop_reason"] = early_->stop_reason();
+    if (scaler_ != nullptr) meta["grad_scaler"] = scaler_->state_dict();
     train::save_checkpoint((out_ / "checkpoint").string(), model_, opt_, schedule_,
                            train::CheckpointState{epoch + 1, step_, meta});
     write_history_csv((out_ / "history.csv").string(), history_);
@@ -125,6 +126,8 @@ class EpochState final : public train::Callback {
 
   const train::History& history() const { return history_; }
   void set_step(int64_t step) { step_ = step; }
+  // float16's loss scaler, whose state is saved with each checkpoint (nullptr: none).
+  void set_grad_scaler(const optim::GradScaler* scaler) { scaler_ = scaler; }
 
  private:
   const TrainArgs& args_;
@@ -138,6 +141,7 @@ class EpochState final : public train::Callback {
   std::vector<std::shared_ptr<train::Callback>> stateful_;
   std::shared_ptr<train::EarlyStopping> early_;
   int64_t step_ = 0;
+  const optim::GradScaler* scaler_ = nullptr;
 };
 
 std::shared_ptr<const data::Dataset> augmented(std::shared_ptr<const data::Dataset> ds,
@@ -263,7 +267,12 @@ int run_train(const TrainArgs& args) {
     d.train = std::make_shared<data::Subset>(d.train, 0, a.train_samples);
   manual_seed(a.seed);
   auto model = make_model_for(a.model, d.info);
-  const std::string summary = nn::summary(*model, d.info.input_shape());
+  const train::Precision precision = train::parse_precision(a.precision);
+  if (a.compile && precision != train::Precision::kFloat32)
+    throw Error("[kiln train] --compile with --precision " + a.precision +
+                " is not supported yet (the compiled step is traced in float32); drop one of them");
+  const std::string summary = nn::summary(*model, d.info.input_shape(), DType::Float32,
+                                          train::precision_compute_dtype(precision));
   std::cout << summary;
   write_text((out / "summary.txt").string(), summary);
 
@@ -319,9 +328,20 @@ int run_train(const TrainArgs& args) {
     if (meta.contains("callbacks") && meta["callbacks"].contains(callback->name()))
       callback->load_state(meta["callbacks"][callback->name()]);
   for (const auto& callback : callbacks.all) trainer.add_callback(callback);
+  trainer.set_precision(precision);
+  if (precision != train::Precision::kFloat32)
+    std::cout << fmt::format(
+        "Precision: {} ({})\n", train::precision_policy_name(precision),
+        trainer.low_precision_active()
+            ? "compute in " + std::string(dtype_name(*train::precision_compute_dtype(precision))) +
+                  ", variables in float32"
+            : "no native kernels on this CPU: computing in float32");
+  if (optim::GradScaler* scaler = trainer.grad_scaler(); scaler && meta.contains("grad_scaler"))
+    scaler->load_state_dict(meta["grad_scaler"]);
   auto state = std::make_shared<EpochState>(a, out, d.info, *model, *opt, schedule.get(), per_batch,
                                             history, callbacks.stateful, callbacks.early);
   state->set_step(step);
+  state->set_grad_scaler(trainer.grad_scaler());
   trainer.add_callback(state);  // last: it saves what the others decided
 
   train::FitOptions fit_options;
@@ -346,7 +366,12 @@ int run_train(const TrainArgs& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  const TestReport report = evaluate_classifier(*model, test_loader, d.info.class_names);
+  const TestReport report = [&] {  // in the precision the run trained in
+    std::optional<AutocastGuard> region;
+    if (const std::optional<DType> dt = train::precision_compute_dtype(precision))
+      region.emplace(*dt);
+    return evaluate_classifier(*model, test_loader, d.info.class_names);
+  }();
   io::save_safetensors((out / "model.safetensors").string(), model->state_dict(),
                        {{"model", a.model}, {"data", a.data}});
   if (!state->history().metrics.empty())

@@ -40,7 +40,9 @@ struct TrainArgs {
   bool resume = false;
   bool overwrite = false;          // replace an earlier run in --out
   bool override_settings = false;  // --override: resume with settings other than the record's
-  bool compile = false;         // each step as one compiled graph (Note [compiled training step])
+  bool compile = false;  // each step as one compiled graph (Note [compiled training step])
+  // Compute precision (Note [training precision]): float32, bf16, fp16 or a Keras policy name.
+  std::string precision = "float32";
   std::set<std::string> given;  // the flags typed on the command line ("--lr", ...)
 };
 

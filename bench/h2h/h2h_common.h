@@ -129,6 +129,7 @@ nlohmann::json run_train_compiled(const Options& o);
 nlohmann::json run_infer(const Options& o);
 nlohmann::json run_compile(const Options& o);
 nlohmann::json run_cnn(const Options& o);
+nlohmann::json run_lowp(const Options& o);  // kiln_h2h_lowp.cpp
 
 inline void log(const std::string& msg) {
   std::fprintf(stderr, "kiln_h2h: %s\n", msg.c_str());

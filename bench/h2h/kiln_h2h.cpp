@@ -4,7 +4,7 @@
 // Progress goes to stderr. The twins of every workload, under the same names, are in
 // torch_h2h.py (PyTorch) and ort_h2h.js (ONNX Runtime); report.py joins the three.
 //
-//   kiln_h2h --group=micro|train|trainc|infer|compile|cnn [--quick] [--threads=2]
+//   kiln_h2h --group=micro|train|trainc|infer|compile|cnn|lowp [--quick] [--threads=2]
 //            [--dir=DIR (infer: torch_h2h.py prepare's output)]
 //            [--data=/usr/share/datasets/fashion-mnist (cnn)]
 //
@@ -26,6 +26,8 @@
 //   cnn    cnn_epoch: the small CNN over the 60000 Fashion-MNIST training images, batch 128,
 //          Adam 1e-3 (--quick: 50 steps, extrapolated to an epoch), eager and compiled
 //          (cnn_epoch@compiled)
+//   lowp   float32 and bfloat16 matmul peaks, the convolution passes in bfloat16, the ResNet-18
+//          training step under autocast(bfloat16) (kiln_h2h_lowp.cpp)
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cstdio>
@@ -129,7 +131,7 @@ namespace {
   std::fprintf(
       stderr,
       "kiln_h2h: unknown or malformed argument '%s'\n"
-      "usage: kiln_h2h --group=micro|train|trainc|infer|compile|cnn [--quick] [--threads=N] "
+      "usage: kiln_h2h --group=micro|train|trainc|infer|compile|cnn|lowp [--quick] [--threads=N] "
       "[--dir=DIR] [--data=DIR]\n",
       bad.c_str());
   std::exit(2);
@@ -180,6 +182,8 @@ int main(int argc, char** argv) try {
     out = h2h::run_train_compiled(o);
   else if (o.group == "compile")
     out = h2h::run_compile(o);
+  else if (o.group == "lowp")
+    out = h2h::run_lowp(o);
   else
     usage("--group=" + o.group);
   out["side"] = "kiln";

@@ -4,6 +4,7 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/storage.h"
+#include "kiln/ops/autocast.h"
 
 namespace kiln::nn {
 
@@ -70,12 +71,17 @@ class SummaryScope {
 };
 
 struct Row {
-  std::string layer, shape, params;
+  std::string layer, shape, params, dtype;
 };
 
 }  // namespace
 
 std::string summary(const Module& module, Shape input_shape, DType dtype, const Loc& loc) {
+  return summary(module, std::move(input_shape), dtype, std::nullopt, loc);
+}
+
+std::string summary(const Module& module, Shape input_shape, DType dtype,
+                    std::optional<DType> compute_dtype, const Loc& loc) {
   for (int64_t d : input_shape)
     if (d < 0)
       fail("summary", loc, "expected non-negative sizes (batch dim excluded), but got {}",
@@ -91,29 +97,40 @@ std::string summary(const Module& module, Shape input_shape, DType dtype, const 
       int64_t count = 0;
       for (const Tensor& p : m->parameters(false)) count += p.numel();
       scope.add_hook(m, [&rows, label, count](Module&, const Tensor&, const Tensor& out) {
-        rows.push_back({label, batch_shape_str(out.shape()), with_commas(count)});
+        rows.push_back(
+            {label, batch_shape_str(out.shape()), with_commas(count), dtype_name(out.dtype())});
       });
     }
     Shape shape{1};
     shape.insert(shape.end(), input_shape.begin(), input_shape.end());
     NoGradGuard no_grad;
+    std::optional<AutocastGuard> region;
+    if (compute_dtype) {
+      AutocastOptions forced;
+      forced.force = true;
+      region.emplace(*compute_dtype, forced, loc);
+    }
     root(empty(shape, {dtype, kMeta}));
   }
 
   int64_t total = module.num_parameters(false);
   int64_t trainable = module.num_parameters(true);
-  Row header{"Layer (type)", "Output Shape", "Param #"};
+  Row header{"Layer (type)", "Output Shape", "Param #", "Dtype"};
   size_t w0 = header.layer.size(), w1 = header.shape.size(), w2 = header.params.size();
+  size_t w3 = header.dtype.size();
   for (const Row& r : rows) {
     w0 = std::max(w0, r.layer.size());
     w1 = std::max(w1, r.shape.size());
     w2 = std::max(w2, r.params.size());
+    w3 = std::max(w3, r.dtype.size());
   }
   w0 += 3;
   w1 += 3;
-  size_t width = w0 + w1 + w2;
+  size_t width = w0 + w1 + w2 + (compute_dtype ? w3 + 3 : 0);
   auto line = [&](const Row& r) {
-    return fmt::format("{:<{}}{:<{}}{:>{}}\n", r.layer, w0, r.shape, w1, r.params, w2);
+    std::string s = fmt::format("{:<{}}{:<{}}{:>{}}", r.layer, w0, r.shape, w1, r.params, w2);
+    if (compute_dtype) s += "   " + r.dtype;
+    return s + "\n";
   };
   std::string out = fmt::format("Model: \"{}\"\n", module.type_name());
   out += std::string(width, '_') + "\n";
@@ -124,6 +141,9 @@ std::string summary(const Module& module, Shape input_shape, DType dtype, const 
   out += "Total params: " + with_commas(total) + "\n";
   out += "Trainable params: " + with_commas(trainable) + "\n";
   out += "Non-trainable params: " + with_commas(total - trainable) + "\n";
+  if (compute_dtype)
+    out += fmt::format("Compute dtype: {}, variable dtype: {}\n", dtype_name(*compute_dtype),
+                       dtype_name(dtype));
   out += std::string(width, '_') + "\n";
   return out;
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <optional>
 #include <string>
 
 #include "kiln/nn/module.h"
@@ -17,5 +18,10 @@ namespace kiln::nn {
 // given as const.
 std::string summary(const Module& module, Shape input_shape, DType dtype = DType::Float32,
                     const Loc& loc = Loc::current());
+// Mixed precision (Note [autocast]): the forward runs in an autocast region of `compute_dtype`
+// (forced, so the table is the same on every CPU), the table gains a "Dtype" column with each
+// layer's output dtype, and the totals say the compute and variable dtypes.
+std::string summary(const Module& module, Shape input_shape, DType dtype,
+                    std::optional<DType> compute_dtype, const Loc& loc = Loc::current());
 
 }  // namespace kiln::nn

@@ -73,7 +73,8 @@ std::optional<DType> promote_target(const std::vector<Tensor>& inputs) {
   std::optional<DType> widest;
   bool mixed = false;
   for (const Tensor& t : inputs) {
-    if (!t.defined() || !is_floating(t.dtype())) continue;
+    // A C++ number (x * 0.5) is not an operand to widen to: as in PyTorch, where it is a Scalar.
+    if (!t.defined() || !is_floating(t.dtype()) || t.impl()->is_wrapped_number_) continue;
     const DType dt = t.dtype();
     if (!widest) {
       widest = dt;

@@ -8,6 +8,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/join.h"
+#include "kiln/ops/shape_ops.h"
 #include "kiln/train/compiled_step.h"
 
 namespace kiln::train {
@@ -102,8 +103,15 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
     fail("fit", loc, "expected an output stream for verbose progress, but got a null pointer");
   std::ostream* out = options.verbose ? options.out : nullptr;
 
+  if (options.compile && precision_ != Precision::kFloat32)
+    fail("fit", loc,
+         "FitOptions::compile with precision {} is not supported yet (the compiled step is "
+         "traced in float32); train it eagerly, or in float32",
+         precision_name(precision_));
   std::optional<CompiledStep> compiled;
   if (options.compile) compiled.emplace(*model_, loss_, *optimizer_);
+  // Note [training precision]: loss scaling only where float16 actually runs.
+  optim::GradScaler* scaler = scaler_ && low_precision_active() ? &*scaler_ : nullptr;
   History history;
   for (auto& callback : callbacks_) {
     callback->set_context(model_, optimizer_);
@@ -141,10 +149,20 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
           loss = r.loss;
         } else {
           optimizer_->zero_grad();
-          logits = (*model_)(batch.data);
-          loss = total_loss(loss_, *model_, logits, batch.target);
-          loss.backward();
-          optimizer_->step(loc);
+          {
+            std::optional<AutocastGuard> region;
+            enter_precision(region);
+            logits = (*model_)(batch.data);
+            loss = total_loss(loss_, *model_, logits, batch.target);
+          }
+          if (scaler != nullptr) {
+            scaler->scale(loss, loc).backward();
+            scaler->step(*optimizer_, loc);
+            scaler->update(loc);
+          } else {
+            loss.backward();
+            optimizer_->step(loc);
+          }
         }
 
         const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
@@ -171,6 +189,10 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
       logs["loss"] = loss_mean.result();
       for (auto& metric : metrics_) logs[metric->name()] = metric->result();
       if (options.log_lr) logs["lr"] = current_lr(*optimizer_);
+      if (scaler != nullptr) {
+        logs["loss_scale"] = scaler->get_scale();
+        logs["skipped_steps"] = static_cast<double>(scaler->skipped_steps());
+      }
       if (options.validation != nullptr && bar) bar->validating();
       if (options.validation != nullptr)
         for (const auto& [name, value] : run_evaluation(*options.validation, true, loc))
@@ -195,6 +217,26 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
   return history;
 }
 
+void Trainer::set_precision(Precision precision, bool force) {
+  precision_ = precision;
+  force_precision_ = force;
+  scaler_.reset();
+  if (precision == Precision::kFloat16) scaler_.emplace();
+}
+
+bool Trainer::low_precision_active() const {
+  const std::optional<DType> dt = precision_compute_dtype(precision_);
+  return dt && (force_precision_ || has_native_low_precision(*dt));
+}
+
+void Trainer::enter_precision(std::optional<AutocastGuard>& region) const {
+  if (const std::optional<DType> dt = precision_compute_dtype(precision_)) {
+    AutocastOptions options;
+    options.force = force_precision_;
+    region.emplace(*dt, options);
+  }
+}
+
 Logs Trainer::evaluate(data::DataLoader& loader, const Loc& loc) {
   check_compiled("evaluate", loc);
   return run_evaluation(loader, false, loc);
@@ -203,6 +245,8 @@ Logs Trainer::evaluate(data::DataLoader& loader, const Loc& loc) {
 Logs Trainer::run_evaluation(data::DataLoader& loader, bool notify, const Loc& loc) {
   ModeGuard mode(*model_, /*training=*/false);
   NoGradGuard no_grad;
+  std::optional<AutocastGuard> region;
+  enter_precision(region);
   Mean loss_mean;
   for (auto& metric : metrics_) metric->reset();
   for (const data::Example& batch : loader) {
@@ -227,7 +271,10 @@ Tensor Trainer::predict(data::DataLoader& loader, const Loc& loc) {
   std::vector<Tensor> outputs;
   for (const data::Example& batch : loader) {
     if (!batch.data.defined()) fail("predict", loc, "expected batches with data, but got none");
-    outputs.push_back((*model_)(batch.data));
+    std::optional<AutocastGuard> region;
+    enter_precision(region);
+    // float32 whatever the compute precision, as Keras' mixed-precision models end.
+    outputs.push_back(to_dtype((*model_)(batch.data), DType::Float32, loc));
   }
   if (outputs.empty()) return Tensor();
   return cat(outputs, 0, loc);

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,9 +12,12 @@
 #include "kiln/core/tensor.h"
 #include "kiln/data/loader.h"
 #include "kiln/nn/module.h"
+#include "kiln/ops/autocast.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/metrics.h"
+#include "kiln/train/precision.h"
 #include "kiln/train/progress.h"
 
 namespace kiln::train {
@@ -91,6 +95,18 @@ class Trainer {
   void add_callback(std::shared_ptr<Callback> callback) {
     callbacks_.push_back(std::move(callback));
   }
+  // Note [training precision]: fit's forward pass and loss, evaluate and predict run in an
+  // autocast region of this precision (parameters and optimizer state stay float32); float16
+  // training scales the loss (grad_scaler()) and adds "loss_scale" and "skipped_steps" to the
+  // epoch logs. Where the CPU has no native kernels for the dtype, autocast warns once and keeps
+  // float32 (and no loss scaling) unless `force`. Not combined with FitOptions::compile yet.
+  void set_precision(Precision precision, bool force = false);
+  Precision precision() const { return precision_; }
+  // Whether the low precision is used on this machine (false for float32, and for a precision the
+  // CPU has no native kernels for unless forced).
+  bool low_precision_active() const;
+  // float16's loss scaler (nullptr for the other precisions): its state belongs in checkpoints.
+  optim::GradScaler* grad_scaler() { return scaler_ ? &*scaler_ : nullptr; }
   // Replaces the progress bar's clock (tests make the output deterministic with it).
   void set_clock(Clock clock) { clock_ = std::move(clock); }
 
@@ -99,6 +115,8 @@ class Trainer {
   // evaluate; with `notify`, every callback's on_validation_batch_end sees each batch (fit's
   // validation).
   Logs run_evaluation(data::DataLoader& loader, bool notify, const Loc& loc);
+  // Opens the forward pass's autocast region in `region` (nothing for float32).
+  void enter_precision(std::optional<AutocastGuard>& region) const;
 
   nn::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
@@ -106,6 +124,9 @@ class Trainer {
   std::vector<std::unique_ptr<Metric>> metrics_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   Clock clock_ = steady_seconds;
+  Precision precision_ = Precision::kFloat32;
+  bool force_precision_ = false;
+  std::optional<optim::GradScaler> scaler_;
 };
 
 }  // namespace kiln::train

@@ -3,6 +3,8 @@
 // native 16-bit kernels keeps float32 with one warning.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -48,6 +50,17 @@ Tensor to_f32_inputs(const Tensor& t) {
   return t.defined() && t.dtype() == DType::Float64 ? t.to(DType::Float32) : t;
 }
 
+// max |got - want| / max |want|
+double scaled_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return err / scale;
+}
+
 TEST(AutocastPolicy, EveryRegisteredOpDeclaresOne) {
   std::vector<std::string> undeclared;
   for (const std::string& name : registered_op_names())
@@ -90,8 +103,9 @@ TEST(Autocast, EverySampleRunsInTheDtypesItsPolicySays) {
       for (const test::RecordedCall& call : recorder.calls) {
         const AutocastPolicy policy = autocast_policy(*call.op);
         std::set<DType> floating;
-        for (const Tensor& t : call.inputs)
-          if (t.defined() && is_floating(t.dtype())) floating.insert(t.dtype());
+        for (const Tensor& t : call.inputs)  // C++ numbers (x * 0.5) are not operands to widen
+          if (t.defined() && is_floating(t.dtype()) && !t.impl()->is_wrapped_number_)
+            floating.insert(t.dtype());
         const std::string where = sample.label + ": " + call.op->name();
         if (policy == AutocastPolicy::kLowPrecision) {
           for (DType dt : floating)
@@ -135,8 +149,11 @@ TEST(Autocast, LinearRunsInBfloat16AndItsGradientsReachFloat32Parameters) {
   b32.set_requires_grad(true);
   Tensor y32 = linear(x, w32, b32);
   sum(mul(y32, y32)).backward();
-  test::expect_allclose(y.to(DType::Float32), y32, 3e-2);
-  test::expect_allclose(w.grad(), w32.grad(), 5e-2);
+  // Against float32 arithmetic, relative to the largest element (sums of products cancel, so a
+  // single element's relative error says little): bfloat16 keeps 8 significant bits.
+  EXPECT_LT(scaled_error(y.to(DType::Float32), y32), 2e-2);
+  EXPECT_LT(scaled_error(w.grad(), w32.grad()), 2e-2);
+  EXPECT_LT(scaled_error(b.grad(), b32.grad()), 2e-2);
 }
 
 TEST(Autocast, AParameterIsCastOncePerRegionUntilItChanges) {
@@ -255,7 +272,7 @@ TEST(Autocast, Bfloat16ConvolutionAndItsGradientsMatchFloat32OnTheSameOperands) 
   for (bool channels_last : {false, true}) {
     Tensor x = randn({4, 16, 10, 10}).to(DType::BFloat16);
     if (channels_last) x = contiguous(x, MemoryFormat::kChannelsLast);
-    Tensor w = randn({32, 16, 3, 3}).mul(0.1).to(DType::BFloat16);
+    Tensor w = mul(randn({32, 16, 3, 3}), 0.1).to(DType::BFloat16);
     Tensor b = randn({32});
     x.set_requires_grad(true);
     w.set_requires_grad(true);

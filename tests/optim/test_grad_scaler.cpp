@@ -39,7 +39,7 @@ json options_json(const GradScalerOptions& o) {
 // One step as a training loop does it: backward of the scaled loss sum(p * g), step, update.
 bool train_step(GradScaler& scaler, SGD& opt, const Tensor& p, const std::vector<double>& g) {
   opt.zero_grad();
-  scaler.scale(sum(mul(p, tensor(g, {static_cast<int64_t>(g.size())})))).backward();
+  scaler.scale(sum(mul(p, tensor(g, std::nullopt, {DType::Float32})))).backward();
   const bool stepped = scaler.step(opt);
   scaler.update();
   return stepped;
@@ -76,7 +76,7 @@ TEST(GradScalerParity, PlantedOverflowsGiveTorchsScalesSkipsAndParameters) {
   ASSERT_EQ(ref.size(), cases.size());
   for (size_t k = 0; k < cases.size(); ++k) {
     const ScalerCase& c = cases[k];
-    Tensor p = tensor(c.params, {static_cast<int64_t>(c.params.size())});
+    Tensor p = tensor(c.params, std::nullopt, {DType::Float32});
     p.set_requires_grad(true);
     SGD opt({p}, {.lr = c.lr});
     GradScaler scaler(c.options);
@@ -103,7 +103,7 @@ TEST(GradScalerParity, PlantedOverflowsGiveTorchsScalesSkipsAndParameters) {
 }
 
 TEST(GradScaler, MisuseIsAnErrorAsInPyTorch) {
-  Tensor p = tensor({1.0, 2.0}, {2});
+  Tensor p = tensor({1.0, 2.0});
   p.set_requires_grad(true);
   SGD opt({p}, {.lr = 0.1});
   GradScaler scaler;
@@ -120,7 +120,7 @@ TEST(GradScaler, MisuseIsAnErrorAsInPyTorch) {
   EXPECT_THROW(GradScaler({.growth_interval = 0}), Error);
   EXPECT_THROW(GradScaler({.init_scale = -1}), Error);
 
-  Tensor h = tensor({1.0, 2.0}, {2}).to(DType::Float16);
+  Tensor h = tensor({1.0, 2.0}).to(DType::Float16);
   h.set_requires_grad(true);
   SGD half_opt({h}, {.lr = 0.1});
   GradScaler half_scaler;
@@ -134,7 +134,7 @@ TEST(GradScaler, MisuseIsAnErrorAsInPyTorch) {
 }
 
 TEST(GradScaler, StateRoundTripsAndBadStateIsRefused) {
-  Tensor p = tensor({1.0}, {1});
+  Tensor p = tensor({1.0});
   p.set_requires_grad(true);
   SGD opt({p}, {.lr = 0.1});
   GradScaler a({.init_scale = 256, .growth_interval = 5});
