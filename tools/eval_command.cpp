@@ -1,5 +1,6 @@
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "kiln/kiln.h"
 #include "tools/datasets.h"
@@ -23,7 +24,13 @@ int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_
   auto model = make_model_for(run.model, run.info);
   train::load_checkpoint_weights(ckpt, *model);
   data::DataLoader loader(d.test, {.batch_size = batch_size});
+  // In the precision the run trained (and was tested) in, so the accuracies agree.
+  std::optional<AutocastGuard> region;
+  if (const std::optional<DType> dt =
+          train::precision_compute_dtype(train::parse_precision(run.precision)))
+    region.emplace(*dt);
   const TestReport report = evaluate_classifier(*model, loader, run.info.class_names);
+  region.reset();
   report.print(std::cout);
   std::cout << fmt::format("{} on {} ({}): accuracy {:.2f}%, loss {:.4f}, {} samples\n", run.model,
                            data.name, d.test_name, 100.0 * report.accuracy, report.loss,

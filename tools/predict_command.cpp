@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "kiln/data/csv.h"
 #include "kiln/data/image.h"
@@ -154,6 +155,11 @@ int run_predict(const PredictArgs& a) {
       read_file(file, info, run.data.label_column, samples);
 
   NoGradGuard no_grad;
+  // In the precision the run trained in (softmax runs in float32 under autocast).
+  std::optional<AutocastGuard> region;
+  if (const std::optional<DType> dt =
+          train::precision_compute_dtype(train::parse_precision(run.precision)))
+    region.emplace(*dt);
   std::vector<Prediction> predictions;
   for (size_t begin = 0; begin < samples.size(); begin += static_cast<size_t>(a.batch_size)) {
     const size_t end = std::min(samples.size(), begin + static_cast<size_t>(a.batch_size));

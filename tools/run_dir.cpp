@@ -145,6 +145,7 @@ RecordedRun recorded_run(const nlohmann::json& meta) {
   RecordedRun run;
   run.model = a.model;
   run.data = data_args(a);
+  run.precision = a.precision;
   run.info =
       meta.contains("data_info") ? DataInfo::from_json(meta["data_info"]) : data_info(a.data);
   return run;

@@ -41,6 +41,7 @@ struct RecordedRun {
   std::string model;
   DataArgs data;
   DataInfo info;
+  std::string precision = "float32";  // --precision (Note [training precision])
 };
 RecordedRun recorded_run(const nlohmann::json& checkpoint_metadata);
 

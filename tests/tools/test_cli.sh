@@ -187,4 +187,28 @@ grep -q "Test accuracy: .*(loss .*, 64 samples, test split)" "$tmp/cifar.log" ||
 head -c 5000 "$tmp/cifar/test_batch.bin" >"$tmp/cifar/truncated.bin"
 mv "$tmp/cifar/truncated.bin" "$tmp/cifar/test_batch.bin"
 expect_error "test_batch.bin" eval "$tmp/c" --data-dir "$tmp/cifar"
+# --precision (Note [training precision]). KILN_NATIVE_LOW_PRECISION=1 makes any CPU count as
+# having native kernels, so both branches run everywhere.
+expect_error "--precision" train --precision int8
+expect_error "not supported yet" train --compile --precision bf16 --out "$tmp/p0"
+KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 2 --precision mixed_bfloat16 \
+  --out "$tmp/bf16" >"$tmp/bf16.log" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/bf16.log")"
+grep -q "Precision: mixed_bfloat16 (compute in bfloat16, variables in float32)" "$tmp/bf16.log" ||
+  fail "bf16 run did not say its precision"
+grep -q "Compute dtype: bfloat16, variable dtype: float32" "$tmp/bf16/summary.txt" ||
+  fail "the bf16 summary shows no compute dtype"
+bf16_train=$(grep -o "Test accuracy: [0-9.]*" "$tmp/bf16.log" | grep -o "[0-9.]*$")
+KILN_NATIVE_LOW_PRECISION=1 "$kiln" eval "$tmp/bf16" | grep -q "accuracy ${bf16_train}%" ||
+  fail "eval of the bf16 run disagrees with its training ($bf16_train)"
+bf16_acc=$(grep -o "Test accuracy: [0-9.]*" "$tmp/bf16.log" | grep -o "[0-9.]*$")
+python3 -c "import sys; sys.exit(abs($bf16_acc - $straight_acc) > 3.0)" ||
+  fail "bf16 reached $bf16_acc%, float32 $straight_acc%"
+KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 1 --precision fp16 \
+  --out "$tmp/fp16" >"$tmp/fp16.log" 2>&1 || fail "fp16 run: $(tail -3 "$tmp/fp16.log")"
+head -1 "$tmp/fp16/history.csv" | grep -q "loss_scale" || fail "fp16 history has no loss_scale"
+grep -rqs "grad_scaler" "$tmp/fp16/checkpoint" || fail "the fp16 checkpoint holds no scaler state"
+KILN_NATIVE_LOW_PRECISION=0 "$kiln" train "${small[@]}" --epochs 1 --precision fp16 \
+  --out "$tmp/fp16_off" >"$tmp/fp16_off.log" 2>&1 || fail "fp16 fallback run failed"
+grep -q "no native kernels on this CPU: computing in float32" "$tmp/fp16_off.log" ||
+  fail "the fp16 run on a CPU without native kernels did not say it fell back"
 echo "kiln command: all checks passed"

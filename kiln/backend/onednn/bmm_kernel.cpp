@@ -128,7 +128,14 @@ bool onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
       built.copy_inputs = true;  // a layout oneDNN refuses: copy it to a contiguous one
     }
     if (!built.copy_inputs) return built;
-    MatmulEntry plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims, dt);
+    MatmulEntry plain;
+    try {
+      plain = build_matmul(contiguous_desc(a), contiguous_desc(b), c_dims, dt);
+    } catch (const dnnl::error&) {
+      if (dtype == DType::Float32) throw;
+      plain.reference_only = true;  // no implementation at all (float16 in oneDNN 2.6)
+      return plain;
+    }
     // Built for contiguous operands, a reference kernel means the CPU lacks the dtype.
     plain.reference_only = dtype != DType::Float32 && plain.copy_inputs;
     plain.copy_inputs = true;

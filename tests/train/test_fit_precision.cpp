@@ -1,0 +1,92 @@
+// Trainer::set_precision (Note [training precision]): bfloat16 and float16 training through
+// autocast, float16's loss scaling in the epoch logs, predict's float32 outputs, and the refusals.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "kiln/kiln.h"
+#include "tests/support/toy_data.h"
+
+namespace kiln::train {
+namespace {
+
+data::DataLoader loader(int64_t n, uint32_t seed) {
+  return data::DataLoader(test::separable(n, seed),
+                          data::DataLoaderOptions{.batch_size = 32, .shuffle = true, .seed = 1});
+}
+
+struct Rig {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Adam> opt;
+  Trainer trainer;
+  Rig() {
+    manual_seed(2);
+    model = nn::mlp(2, {16}, 2);
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-2});
+    trainer.compile(*model, *opt,
+                    [](const Tensor& logits, const Tensor& y) { return cross_entropy(logits, y); },
+                    {"accuracy"});
+  }
+};
+
+TEST(FitPrecision, PrecisionNamesAndKerasAliases) {
+  EXPECT_EQ(parse_precision("bf16"), Precision::kBFloat16);
+  EXPECT_EQ(parse_precision("mixed_bfloat16"), Precision::kBFloat16);
+  EXPECT_EQ(parse_precision("mixed_float16"), Precision::kFloat16);
+  EXPECT_EQ(parse_precision("float32"), Precision::kFloat32);
+  EXPECT_THROW(parse_precision("int8"), Error);
+  EXPECT_STREQ(precision_policy_name(Precision::kFloat16), "mixed_float16");
+  EXPECT_EQ(precision_compute_dtype(Precision::kBFloat16), DType::BFloat16);
+  EXPECT_FALSE(precision_compute_dtype(Precision::kFloat32).has_value());
+}
+
+TEST(FitPrecision, Bfloat16TrainsLikeFloat32AndPredictsFloat32) {
+  data::DataLoader train = loader(512, 1), test = loader(256, 2);
+  Rig f32, bf16;
+  bf16.trainer.set_precision(Precision::kBFloat16, /*force=*/true);
+  EXPECT_TRUE(bf16.trainer.low_precision_active());
+  EXPECT_EQ(bf16.trainer.grad_scaler(), nullptr) << "bfloat16 needs no loss scaling";
+  f32.trainer.fit(train, {.epochs = 4, .verbose = false});
+  bf16.trainer.fit(train, {.epochs = 4, .verbose = false});
+  const double acc32 = f32.trainer.evaluate(test)["accuracy"];
+  const double acc16 = bf16.trainer.evaluate(test)["accuracy"];
+  EXPECT_GT(acc16, 0.9);
+  EXPECT_NEAR(acc16, acc32, 0.05);
+  for (const Tensor& p : bf16.model->parameters()) EXPECT_EQ(p.dtype(), DType::Float32);
+  EXPECT_EQ(bf16.trainer.predict(test).dtype(), DType::Float32);
+}
+
+TEST(FitPrecision, Float16ScalesTheLossAndLogsTheScale) {
+  data::DataLoader train = loader(256, 3);
+  Rig rig;
+  rig.trainer.set_precision(Precision::kFloat16, /*force=*/true);
+  ASSERT_NE(rig.trainer.grad_scaler(), nullptr);
+  const History h = rig.trainer.fit(train, {.epochs = 2, .verbose = false});
+  ASSERT_TRUE(h.metrics.count("loss_scale"));
+  ASSERT_TRUE(h.metrics.count("skipped_steps"));
+  EXPECT_EQ(h.metrics.at("loss_scale").back(), rig.trainer.grad_scaler()->get_scale());
+  EXPECT_EQ(h.metrics.at("skipped_steps").back(), 0.0) << "a toy problem never overflows";
+  EXPECT_LT(h.metrics.at("loss").back(), h.metrics.at("loss").front());
+}
+
+TEST(FitPrecision, WithoutNativeKernelsFloat16StaysFloat32WithoutScaling) {
+  setenv("KILN_NATIVE_LOW_PRECISION", "0", 1);
+  data::DataLoader train = loader(128, 4);
+  Rig rig;
+  rig.trainer.set_precision(Precision::kFloat16);
+  EXPECT_FALSE(rig.trainer.low_precision_active());
+  const History h = rig.trainer.fit(train, {.epochs = 1, .verbose = false});
+  unsetenv("KILN_NATIVE_LOW_PRECISION");
+  EXPECT_FALSE(h.metrics.count("loss_scale"));
+}
+
+TEST(FitPrecision, CompileWithALowPrecisionIsRefused) {
+  data::DataLoader train = loader(64, 5);
+  Rig rig;
+  rig.trainer.set_precision(Precision::kBFloat16, true);
+  EXPECT_THROW(rig.trainer.fit(train, {.epochs = 1, .verbose = false, .compile = true}), Error);
+}
+
+}  // namespace
+}  // namespace kiln::train
