@@ -93,11 +93,12 @@ void set_native_low_precision_query(bool (*query)(DType)) {
   native_query.store(query);
 }
 
-std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const Op& op,
+namespace {
+std::optional<std::vector<Tensor>> cast_for_policy(AutocastRegion& region, AutocastPolicy policy,
                                                    const std::vector<Tensor>& inputs,
                                                    const Loc& loc) {
   DType target;
-  switch (autocast_policy(op)) {
+  switch (policy) {
     case AutocastPolicy::kLowPrecision:
       target = region.dtype;
       break;
@@ -120,6 +121,23 @@ std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const
     (*out)[i] = cast(region, inputs[i], target, loc);
   }
   return out;
+}
+}  // namespace
+
+std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const Op& op,
+                                                   const std::vector<Tensor>& inputs,
+                                                   const Loc& loc) {
+  return cast_for_policy(region, autocast_policy(op), inputs, loc);
+}
+
+std::vector<Tensor> autocast_inputs_for(const char* op_name, const std::vector<Tensor>& inputs,
+                                        const Loc& loc) {
+  AutocastRegion* region = dispatch_tls.autocast;
+  const OpDefinition* def = find_op_definition(op_name);
+  if (region == nullptr || dispatch_tls.composite || def == nullptr) return inputs;
+  std::optional<std::vector<Tensor>> cast =
+      cast_for_policy(*region, def->schema.autocast, inputs, loc);
+  return cast ? *cast : inputs;
 }
 
 AutocastSuspend::AutocastSuspend() : saved_(dispatch_tls.autocast) {

@@ -88,6 +88,12 @@ std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const
                                                    const std::vector<Tensor>& inputs,
                                                    const Loc& loc);
 
+// The inputs an op registered as `op_name` runs on in this thread's region (the inputs themselves
+// outside one): for a functional wrapper that checks its inputs with the op's infer before it
+// dispatches, so that it checks what dispatch will pass (conv2d_affine).
+std::vector<Tensor> autocast_inputs_for(const char* op_name, const std::vector<Tensor>& inputs,
+                                        const Loc& loc);
+
 // Suspends this thread's region for a scope (the backward pass: its vjps run as recorded), and
 // drops the region's cached casts.
 class AutocastSuspend {

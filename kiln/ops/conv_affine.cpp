@@ -1,6 +1,7 @@
 // conv2d_affine: a convolution with its inference epilogue fused (Note [conv epilogue]), the
 // shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks. Its
 // kernel is in kiln/backend/onednn/conv_ops.cpp (Note [kernel table]).
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/conv_ops.h"
@@ -94,6 +95,7 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
                      const Conv2dOptions& options, const Loc& loc) {
   std::vector<Tensor> in{input, weight, scale, shift};
   if (residual.defined()) in.push_back(residual);
+  in = detail::autocast_inputs_for("conv2d_affine", in, loc);  // checked as dispatched
   const detail::ConvPolicy policy = detail::resolve_conv_policy(options.algorithm, in);
   // the fused op's checks and errors
   Conv2dAffineOp(options, policy.purpose, relu_after).infer(in, loc);
@@ -107,8 +109,8 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
   bool fuses = false;
   if (policy.inference()) {
     const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);
-    const detail::ConvEpilogue e =
-        detail::fusable_epilogue(g, policy, input, {scale, shift, residual, relu_after});
+    const detail::ConvEpilogue e = detail::fusable_epilogue(
+        g, policy, in[0], {in[2], in[3], residual.defined() ? in[4] : Tensor(), relu_after});
     fuses = e.scale.defined() || e.residual.defined() || e.relu;
   }
   if (!fuses) return composed(input, weight, scale, shift, residual, relu_after, options, loc);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/dispatcher.h"
 #include "kiln/ops/factories.h"
@@ -232,8 +233,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
          "{} and {} for input {}",
          running_mean.defined() ? running_mean.describe() : "undefined",
          running_var.defined() ? running_var.describe() : "undefined", x.describe());
+  // Inside an autocast region the op casts x and the parameters to one dtype first (Note
+  // [autocast]); batch_norm_eval's infer checks the dtypes it then gets.
+  const bool same_dtype_needed = !autocast_dtype().has_value();
   for (const Tensor* p : {&weight, &bias})
-    if (p->defined() && (p->shape() != Shape{x.size(1)} || p->dtype() != x.dtype()))
+    if (p->defined() &&
+        (p->shape() != Shape{x.size(1)} || (same_dtype_needed && p->dtype() != x.dtype())))
       fail("batch_norm", loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
            p == &weight ? "weight" : "bias", x.size(1), dtype_name(x.dtype()), x.describe(),
            p->describe());
