@@ -41,7 +41,7 @@ json run_lowp(const Options& o) {
       if (o.quick && n > 1024) continue;
       Tensor a = kiln::rand({n, n}).to(dt), b = kiln::rand({n, n}).to(dt);
       const std::string name =
-          std::string(dt == DType::Float32 ? "sgemm_" : "bf16gemm_") + std::to_string(n);
+          std::string(dt == DType::Float32 ? "lp_sgemm_" : "lp_bf16gemm_") + std::to_string(n);
       const Timing t = time_workload([&] { Tensor c = kiln::matmul(a, b); }, dense);
       results[name] = t.to_json();
       best = std::max(best, gemm_gflops(n, t.median));
@@ -52,20 +52,20 @@ json run_lowp(const Options& o) {
   {
     const kiln::Conv2dOptions opts{.padding = 1};
     for (DType dt : {DType::Float32, DType::BFloat16}) {
-      const std::string suffix = dt == DType::Float32 ? "" : "@bf16";
+      const std::string suffix = dt == DType::Float32 ? "_f32" : "_bf16";
       Tensor x = kiln::randn({64, 64, 32, 32}).to(dt);
       Tensor w = kiln::mul(kiln::randn({64, 64, 3, 3}), 0.05).to(dt);
       Tensor gy = kiln::randn({64, 64, 32, 32}).to(dt);
-      results["conv_fwd" + suffix] =
+      results["lp_conv_fwd" + suffix] =
           time_workload([&] { Tensor y = kiln::conv2d(x, w, Tensor(), opts); }, dense).to_json();
-      results["conv_bwd_data" + suffix] =
+      results["lp_conv_bwd_data" + suffix] =
           time_workload(
               [&] {
                 Tensor gx = kiln::conv2d_backward_input(gy, w, {32, 32}, opts);
               },
               dense)
               .to_json();
-      results["conv_bwd_weight" + suffix] =
+      results["lp_conv_bwd_weight" + suffix] =
           time_workload(
               [&] {
                 Tensor gw = kiln::conv2d_backward_weight(x, gy, {3, 3}, opts);
@@ -99,7 +99,7 @@ json run_lowp(const Options& o) {
       last_loss = loss.item();
     };
     const Plan plan{.warmup = 1, .reps = o.quick ? 2 : 5, .min_time = 0.0};
-    const std::string name = low ? "resnet18_train_step@bf16" : "resnet18_train_step";
+    const std::string name = low ? "lp_resnet18_train_step_bf16" : "lp_resnet18_train_step_f32";
     results[name] = time_workload(step, plan).to_json();
     info[name + "_last_loss"] = last_loss;
     log(name + " done");

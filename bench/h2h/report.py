@@ -22,9 +22,9 @@ import sys
 SIDES = ("kiln", "torch", "ort", "onednn")
 SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN",
               "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch"}
-GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn")
+GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn", "lowp")
 # Which processes run which groups (run.sh).
-SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn"),
+SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn", "lowp"),
                "ort": ("infer", "compile"), "libtorch": ("micro", "infer", "train")}
 # A result key "name@suffix" is the workload `name` on another side of the same process.
 SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts"}
@@ -106,6 +106,32 @@ GRAPH_TARGETS = {
                  (">= 1.5x LibTorch", lambda f: f["libtorch"] / f["kilnc"] >= 1.5)],
     "cnn_epoch": [(">= 2x PyTorch", lambda f: f["torch"] / f["kilnc"] >= 2.0)],
     "resnet18_train_rss": [("<= 0.5x PyTorch", lambda f: f["kilnc"] <= 0.5 * f["torch"])],
+}
+
+# Reduced precision (issue 17, kiln_h2h / torch_h2h.py --group=lowp): float32 rows beside their
+# bfloat16 twins, GFLOP/s as a share of this machine's measured bfloat16 matmul peak.
+LOWP_ROWS = [
+    ("lp_sgemm_1024", "matmul 1024 float32", "ms", "time", 1e-3, 2 * 1024 ** 3, ("kiln", "torch")),
+    ("lp_bf16gemm_1024", "matmul 1024 bfloat16", "ms", "time", 1e-3, 2 * 1024 ** 3,
+     ("kiln", "torch")),
+    ("lp_conv_fwd_f32", "conv3x3 forward float32", "ms", "time", 1e-3, CONV, ("kiln",)),
+    ("lp_conv_fwd_bf16", "conv3x3 forward bfloat16", "ms", "time", 1e-3, CONV, ("kiln", "torch")),
+    ("lp_conv_bwd_data_f32", "conv3x3 backward-data float32", "ms", "time", 1e-3, CONV,
+     ("kiln",)),
+    ("lp_conv_bwd_data_bf16", "conv3x3 backward-data bfloat16", "ms", "time", 1e-3, CONV,
+     ("kiln", "torch")),
+    ("lp_conv_bwd_weight_f32", "conv3x3 backward-weights float32", "ms", "time", 1e-3, CONV,
+     ("kiln",)),
+    ("lp_conv_bwd_weight_bf16", "conv3x3 backward-weights bfloat16", "ms", "time", 1e-3, CONV,
+     ("kiln", "torch")),
+    ("lp_resnet18_train_step_f32", "ResNet-18 train step b128 float32", "img/s", "rate", 128,
+     TRAIN * R18 * 128, ("kiln", "torch")),
+    ("lp_resnet18_train_step_bf16", "ResNet-18 train step b128 bf16 autocast", "img/s", "rate",
+     128, TRAIN * R18 * 128, ("kiln", "torch")),
+]
+LOWP_TARGETS = {
+    "lp_resnet18_train_step_bf16": [(">= 1.5x PyTorch bf16 autocast",
+                                     lambda f: f["torch"] / f["kiln"] >= 1.5)],
 }
 
 TARGETS = {
@@ -466,6 +492,25 @@ def main():
     print("compile time and latency by batch size, ResNet-18 inference:")
     print(render_compile(crows, traces))
     print()
+    lowp_rows, _, _ = build_rows(figures, LOWP_ROWS, LOWP_TARGETS)
+    kinfo = info.get("kiln", {})
+    bf16_peak = kinfo.get("peak_bf16_gflops")
+    if any(r["figures"] for r in lowp_rows):
+        for r in lowp_rows:  # shares of the bfloat16 peak instead of the sgemm one
+            r["peak_fraction"] = {s: g / bf16_peak for s, g in r["gflops"].items()} \
+                if bf16_peak else {}
+        print(f"reduced precision: oneDNN ISA {kinfo.get('onednn_isa', '?')} (native bfloat16: "
+              f"{kinfo.get('native_bf16', '?')}); matmul peaks measured here: float32 "
+              f"{fmt(kinfo.get('peak_f32_gflops'))}, bfloat16 {fmt(bf16_peak)} GFLOP/s; GFLOP/s "
+              f"cells show the % of the bfloat16 peak")
+        print(render(lowp_rows, bf16_peak, "kiln", False))
+        f32 = figures.get("lp_resnet18_train_step_f32", {}).get("kiln")
+        b16 = figures.get("lp_resnet18_train_step_bf16", {}).get("kiln")
+        if f32 and b16:
+            speedup = f32["median"] / b16["median"]
+            print(f"ResNet-18 train step, kiln bf16 vs kiln float32: {speedup:.2f}x "
+                  f"(target >= 3x: {'met' if speedup >= 3 else 'not met'})")
+        print()
     print("kiln vs X: X's time / kiln's time (> 1: kiln faster; rates likewise); for peak RSS, "
           "kiln's MiB / PyTorch's (< 1: kiln smaller).")
     print("JSON: every repetition's seconds, minimums, and the ratios in CPU seconds (vs_cpu), "
@@ -502,7 +547,7 @@ def main():
 
     if a.out:
         doc = {"meta": meta, "peak_gflops": peak, "peak_from": peak_side, "rows": rows,
-               "graph_rows": graph_rows, "compile_rows": crows,
+               "graph_rows": graph_rows, "compile_rows": crows, "lowp_rows": lowp_rows,
                "checks": checks, "regressions": flagged, "compared_with": saved_path,
                "missing": missing, "info": info, "raw": raw}
         tmp = a.out + ".tmp"

@@ -25,7 +25,9 @@
 #                  the PyTorch processes at it (nothing on the system changes); "system" leaves
 #                  PyTorch as installed.
 #
-# Environment: KILN_BENCH_THREADS (default 2), KILN_BENCH_BUILD_DIR (default build/bench),
+# Environment: KILN_BENCH_GROUPS (default "micro infer compile train trainc cnn lowp": the groups
+# to run, e.g. KILN_BENCH_GROUPS=lowp), KILN_BENCH_THREADS (default 2), KILN_BENCH_BUILD_DIR
+# (default build/bench),
 # KILN_BENCH_JOBS (ninja -j), KILN_BENCH_SKIP_BUILD=1 (use the existing kiln_h2h as is).
 set -euo pipefail
 
@@ -165,7 +167,7 @@ run_group() {
 # the order mirrors every other round (kiln torch ort, ort torch kiln, ...).
 # trainc is kiln's compiled training step in a process of its own (its peak RSS); compile is the
 # compile-time-by-batch-size table.
-for group in micro infer compile train trainc cnn; do
+for group in ${KILN_BENCH_GROUPS:-micro infer compile train trainc cnn lowp}; do
   if [[ ("$group" == infer || "$group" == compile) && ! -f "$work/prepare.json" ]]; then
     log "skipping $group: torch_h2h.py prepare failed"
     continue
@@ -175,7 +177,7 @@ for group in micro infer compile train trainc cnn; do
     infer) sides=(kiln torch ort libtorch) ;;
     compile) sides=(kiln torch ort) ;;
     trainc) sides=(kiln) ;;
-    cnn) sides=(kiln torch) ;;
+    cnn | lowp) sides=(kiln torch) ;;
   esac
   for ((r = 1; r <= rounds; r++)); do
     order=("${sides[@]}")

@@ -262,6 +262,52 @@ def group_train(a):
     return res, info
 
 
+def group_lowp(a):
+    """Reduced precision, the twin of kiln_h2h --group=lowp: matmul in float32 and bfloat16, the
+    3x3 convolution's passes in bfloat16, the ResNet-18 step in float32 and under
+    torch.autocast("cpu", dtype=torch.bfloat16)."""
+    res = {}
+    dense = dict(warmup=2, reps=3 if a.quick else 7, min_time=0.05 if a.quick else 0.2)
+    for dt, name in ((torch.float32, "lp_sgemm"), (torch.bfloat16, "lp_bf16gemm")):
+        for n in (1024,) if a.quick else (1024, 2048):
+            a1, b1 = torch.rand(n, n).to(dt), torch.rand(n, n).to(dt)
+            res[f"{name}_{n}"] = time_workload(lambda: torch.mm(a1, b1), **dense)
+    log("gemm done")
+    conv_bwd = torch.ops.aten.convolution_backward
+    args = (None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    x = torch.randn(64, 64, 32, 32).bfloat16()
+    w = (torch.randn(64, 64, 3, 3) * 0.05).bfloat16()
+    gy = torch.randn(64, 64, 32, 32).bfloat16()
+    res["lp_conv_fwd_bf16"] = time_workload(lambda: F.conv2d(x, w, None, 1, 1), **dense)
+    res["lp_conv_bwd_data_bf16"] = time_workload(
+        lambda: conv_bwd(gy, x, w, *args, [True, False, False]), **dense)
+    res["lp_conv_bwd_weight_bf16"] = time_workload(
+        lambda: conv_bwd(gy, x, w, *args, [False, True, False]), **dense)
+    log("conv done")
+    info = {}
+    for low in (False, True):
+        torch.manual_seed(0)
+        model = ResNet()
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        xb, yb = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
+        last = [0.0]
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+                loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            last[0] = loss.item()
+
+        name = "lp_resnet18_train_step_" + ("bf16" if low else "f32")
+        res[name] = time_workload(step, 1, 2 if a.quick else 5)
+        info[name + "_last_loss"] = last[0]
+        log(name + " done")
+    return res, info
+
+
 def group_infer(a):
     model = ResNet()
     sd = load_safetensors(os.path.join(a.dir, "weights.safetensors"))
@@ -424,7 +470,7 @@ def prepare(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["prepare", "bench"])
-    p.add_argument("--group", choices=["micro", "train", "infer", "compile", "cnn"])
+    p.add_argument("--group", choices=["micro", "train", "infer", "compile", "cnn", "lowp"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dir", default="")
@@ -440,7 +486,7 @@ def main():
     torch.manual_seed(0)
     before = loadavg()
     res, info = {"micro": group_micro, "train": group_train, "infer": group_infer,
-                 "compile": group_compile, "cnn": group_cnn}[a.group](a)
+                 "compile": group_compile, "cnn": group_cnn, "lowp": group_lowp}[a.group](a)
     out = {"side": "torch", "group": a.group, "quick": a.quick,
            "threads": torch.get_num_threads(), "version": torch.__version__,
            "loadavg_before": before, "loadavg_after": loadavg(), "results": res, "info": info}
