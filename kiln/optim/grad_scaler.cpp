@@ -1,6 +1,7 @@
 #include "kiln/optim/grad_scaler.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
@@ -14,9 +15,13 @@ namespace kiln::optim {
 namespace {
 constexpr const char* kOp = "GradScaler";
 
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+
+// The scale is a float32 (PyTorch's is a float32 tensor), so it must fit one.
 void check_positive(double v, const char* what, const Loc& loc) {
-  if (!(std::isfinite(v) && v > 0))
-    fail(kOp, loc, "{} must be a finite number > 0, but got {}", what, v);
+  if (!(v > 0 && v <= kFloatMax))
+    fail(kOp, loc, "{} must be a number > 0 that fits a float32 (<= {:g}), but got {}", what,
+         kFloatMax, v);
 }
 
 // Whether every element of g is finite: max |g| is finite exactly then (inf and NaN propagate).
@@ -27,8 +32,9 @@ bool all_finite(const Tensor& g) {
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options, const Loc& loc)
-    : options_(options), enabled_(options.enabled), scale_(static_cast<float>(options.init_scale)) {
+    : options_(options), enabled_(options.enabled) {
   check_positive(options.init_scale, "init_scale", loc);
+  scale_ = static_cast<float>(options.init_scale);
   if (!(options.growth_factor > 1.0) || !std::isfinite(options.growth_factor))
     fail(kOp, loc, "growth_factor must be a finite number > 1, but got {}", options.growth_factor);
   if (!(options.backoff_factor > 0.0 && options.backoff_factor < 1.0))
@@ -104,8 +110,9 @@ void GradScaler::update(const Loc& loc) {
     scale_ = static_cast<float>(static_cast<double>(scale_) * options_.backoff_factor);
     growth_tracker_ = 0;
   } else if (growth_tracker_ + 1 == options_.growth_interval) {
-    const float grown = static_cast<float>(static_cast<double>(scale_) * options_.growth_factor);
-    if (std::isfinite(grown)) scale_ = grown;
+    // PyTorch keeps the old scale when the grown one is not finite in float32.
+    const double grown = static_cast<double>(scale_) * options_.growth_factor;
+    if (grown <= kFloatMax) scale_ = static_cast<float>(grown);
     growth_tracker_ = 0;
   } else {
     ++growth_tracker_;

@@ -69,7 +69,7 @@ class GradScaler {
   };
   GradScalerOptions options_;
   bool enabled_;
-  float scale_;  // float32, as PyTorch's scale tensor
+  float scale_ = 1.0f;  // float32, as PyTorch's scale tensor
   int64_t growth_tracker_ = 0;
   int64_t skipped_steps_ = 0;
   std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;

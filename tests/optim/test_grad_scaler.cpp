@@ -119,6 +119,7 @@ TEST(GradScaler, MisuseIsAnErrorAsInPyTorch) {
   EXPECT_THROW(GradScaler({.backoff_factor = 1.5}), Error);
   EXPECT_THROW(GradScaler({.growth_interval = 0}), Error);
   EXPECT_THROW(GradScaler({.init_scale = -1}), Error);
+  EXPECT_THROW(GradScaler({.init_scale = 1e300}), Error) << "the scale is a float32";
 
   Tensor h = tensor({1.0, 2.0}).to(DType::Float16);
   h.set_requires_grad(true);
