@@ -437,7 +437,8 @@ def main():
     meta = dict(kv.split("=", 1) for kv in a.meta)
     meta["loadavg"] = {name: [d.get("loadavg_before"), d.get("loadavg_after")]
                        for name, d in raw.items()}
-    meta["versions"] = {"torch": raw.get("torch_micro", {}).get("version"),
+    torch_doc = next((d for n, d in raw.items() if n.startswith("torch_")), {})
+    meta["versions"] = {"torch": torch_doc.get("version"),
                         "libtorch": raw.get("libtorch_micro", {}).get("version"),
                         "onnxruntime-node": raw.get("ort_infer", {}).get("version")}
     meta["torch_blas"] = info.get("torch", {}).get("blas")
