@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "bench/h2h/h2h_common.h"
+#include "bench/h2h/resnet_training.h"
 #include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/kiln.h"
 
@@ -78,10 +79,8 @@ json run_lowp(const Options& o) {
   }
   for (bool low : {false, true}) {
     kiln::manual_seed(0);
-    auto model = kiln::nn::resnet18(3, 10);
-    kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
-    Tensor x = kiln::randn({128, 3, 32, 32});
-    Tensor y = kiln::randint(0, 10, {128});
+    ResNetTraining w;
+    auto& [model, opt, x, y] = w;
     model->train();
     double last_loss = 0.0;
     kiln::AutocastOptions forced;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/h2h/h2h_common.h"
+#include "bench/h2h/resnet_training.h"
 #include "kiln/kiln.h"
 
 namespace h2h {
@@ -52,14 +53,6 @@ double seconds_since(double t0) {
 }
 
 }  // namespace
-
-// The ResNet-18 training workload of both train groups: the model, Adam 1e-3, one batch of 128.
-struct ResNetTraining {
-  std::shared_ptr<kiln::nn::Module> model = kiln::nn::resnet18(3, 10);
-  kiln::optim::Adam opt{model->parameters(), {.lr = 1e-3}};
-  Tensor x = kiln::randn({128, 3, 32, 32});
-  Tensor y = kiln::randint(0, 10, {128});
-};
 
 json run_train(const Options& o) {
   // The resident set before the model exists: the process with kiln loaded and nothing else.

@@ -238,8 +238,9 @@ def group_micro(a):
     return res, info
 
 
-def group_train(a):
-    baseline = proc_status_mib("VmRSS")
+def resnet_train_step(bf16=False):
+    """The ResNet-18 training workload (batch 128, Adam 1e-3): a step function and a list whose
+    element 0 is the last step's loss. bf16: the forward and loss under CPU autocast."""
     model = ResNet()
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -248,11 +249,18 @@ def group_train(a):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         last[0] = loss.item()
 
+    return step, last
+
+
+def group_train(a):
+    baseline = proc_status_mib("VmRSS")
+    step, last = resnet_train_step()
     warmup, reps = 1, 3 if a.quick else 5
     res = {"resnet18_train_step": time_workload(step, warmup, reps)}
     log("resnet18_train_step done")
@@ -287,20 +295,7 @@ def group_lowp(a):
     info = {}
     for low in (False, True):
         torch.manual_seed(0)
-        model = ResNet()
-        model.train()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        xb, yb = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
-        last = [0.0]
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
-                loss = F.cross_entropy(model(xb), yb)
-            loss.backward()
-            opt.step()
-            last[0] = loss.item()
-
+        step, last = resnet_train_step(bf16=low)
         name = "lp_resnet18_train_step_" + ("bf16" if low else "f32")
         res[name] = time_workload(step, 1, 2 if a.quick else 5)
         info[name + "_last_loss"] = last[0]

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/core/grad_mode.h"
@@ -168,8 +170,17 @@ const char* autocast_policy_name(AutocastPolicy policy) {
 }
 
 AutocastPolicy autocast_policy(const Op& op) {
-  const OpDefinition* def = find_op_definition(op.name());
-  return def ? def->schema.autocast : AutocastPolicy::kKeep;
+  // Every dispatch in a region asks; the registry is a map keyed by std::string, so answers are
+  // kept per name pointer (names are static strings; the text is compared too, in case one is
+  // not).
+  thread_local std::unordered_map<const char*, std::pair<std::string, AutocastPolicy>> known;
+  const char* name = op.name();
+  auto it = known.find(name);
+  if (it != known.end() && it->second.first == name) return it->second.second;
+  const OpDefinition* def = find_op_definition(name);
+  const AutocastPolicy policy = def ? def->schema.autocast : AutocastPolicy::kKeep;
+  known[name] = {name, policy};
+  return policy;
 }
 
 bool has_native_low_precision(DType dtype) {
