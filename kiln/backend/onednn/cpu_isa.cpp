@@ -34,6 +34,11 @@ bool onednn_native_low_precision(DType dtype) {
   return dtype == DType::BFloat16 && has_isa(effective_isa(), dnnl_cpu_isa_avx512_core_bf16);
 }
 
+bool onednn_exact_int8() {
+  const unsigned isa = effective_isa();
+  return has_isa(isa, dnnl_cpu_isa_avx512_core_vnni) || has_isa(isa, dnnl_cpu_isa_avx2_vnni);
+}
+
 namespace {
 const bool registered = (detail::set_native_low_precision_query(onednn_native_low_precision), true);
 }  // namespace

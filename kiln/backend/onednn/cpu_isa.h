@@ -16,4 +16,9 @@ std::string onednn_cpu_isa();
 // kernels; its float16 primitives are the reference ones).
 bool onednn_native_low_precision(DType dtype);
 
+// Whether oneDNN's int8 kernels compute the exact int32 sums of uint8/int8 x int8 products: with
+// VNNI (vpdpbusd) or AMX. Without them they use vpmaddubsw, whose 16-bit intermediate sums would
+// overflow, so oneDNN halves the weights first (Note [int8 quantization] in kiln/ops/quantize.h).
+bool onednn_exact_int8();
+
 }  // namespace kiln

@@ -37,6 +37,7 @@ struct Int8Entry {
   dnnl::memory::desc src_md, wei_plain_md, wei_md, bias_md, dst_md, scale_md, scratch_md;
   dnnl::reorder wei_reorder;
   bool wei_needs_reorder = false;
+  bool runtime_scales = true;
 };
 
 LruCache<std::shared_ptr<const Int8Entry>>& int8_cache() {
@@ -44,9 +45,14 @@ LruCache<std::shared_ptr<const Int8Entry>>& int8_cache() {
   return *cache;
 }
 
-dnnl::primitive_attr int8_attr(bool relu) {
+// The output scales per channel (dim 1 of the output): given at run time, or fixed in the
+// primitive when `fixed` holds them.
+dnnl::primitive_attr int8_attr(bool relu, const std::vector<float>* fixed = nullptr) {
   dnnl::primitive_attr attr = user_scratchpad_attr();
-  attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
+  if (fixed != nullptr)
+    attr.set_output_scales(1 << 1, *fixed);
+  else
+    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
   if (relu) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -117,8 +123,9 @@ void run_int8(const Int8Entry& e, const Tensor& x, const Tensor& w, const Tensor
       {DNNL_ARG_SRC, dnnl::memory(e.src_md, eng, x.raw_data())},
       {DNNL_ARG_WEIGHTS, dnnl::memory(e.wei_md, eng, wd.raw_data())},
       {DNNL_ARG_BIAS, dnnl::memory(e.bias_md, eng, bd.raw_data())},
-      {DNNL_ARG_DST, dnnl::memory(e.dst_md, eng, y.raw_data())},
-      {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(e.scale_md, eng, sd.raw_data())}};
+      {DNNL_ARG_DST, dnnl::memory(e.dst_md, eng, y.raw_data())}};
+  if (e.runtime_scales)
+    args[DNNL_ARG_ATTR_OUTPUT_SCALES] = dnnl::memory(e.scale_md, eng, sd.raw_data());
   const Tensor scratch = scratchpad_for(e.scratch_md);
   if (scratch.defined())
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch_md, eng, scratch.raw_data());
@@ -139,7 +146,10 @@ void finish_entry(Int8Entry& e, const PD& pd) {
 
 // --- quantized_conv2d -----------------------------------------------------------------------
 
-std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt src_dt, bool relu) {
+// oneDNN 2.6's int8 convolutions take no run-time output scales, so the scales are fixed in the
+// primitive and are part of its key: one primitive per layer.
+std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt src_dt, bool relu,
+                                            const std::vector<float>& scales) {
   auto e = std::make_shared<Int8Entry>();
   const int64_t groups = g.groups;
   e->src_md = dnnl::memory::desc({g.n, g.c, g.h, g.w}, src_dt, tag::nhwc);
@@ -154,7 +164,8 @@ std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt sr
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, e->src_md, wany,
       e->bias_md, e->dst_md, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
-  dnnl::convolution_forward::primitive_desc pd(d, int8_attr(relu), dnnl_engine());
+  dnnl::convolution_forward::primitive_desc pd(d, int8_attr(relu, &scales), dnnl_engine());
+  e->runtime_scales = false;
   e->primitive = dnnl::convolution_forward(pd);
   finish_entry(*e, pd);
   return e;
@@ -176,9 +187,14 @@ void quantized_conv2d_kernel(const Op& op, const std::vector<Tensor>& in,
     xd = empty(x.shape(), {x.dtype(), x.device(), false, MemoryFormat::kChannelsLast});
     copy_into(xd, x);
   }
-  const std::string key = "conv|" + g.key() + (src_dt == dt::u8 ? "|u8" : "|s8") +
-                          (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads());
-  const auto e = int8_cache().get_or_create(key, [&] { return conv_entry(g, src_dt, relu); });
+  const Tensor sd = detail::dense(in[3], DType::Float32);
+  const auto* sp = static_cast<const float*>(sd.raw_data());
+  const std::vector<float> scales(sp, sp + sd.numel());
+  std::string key = "conv|" + g.key() + (src_dt == dt::u8 ? "|u8" : "|s8") +
+                    (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads()) + "|";
+  key.append(reinterpret_cast<const char*>(scales.data()), scales.size() * sizeof(float));
+  const auto e =
+      int8_cache().get_or_create(key, [&] { return conv_entry(g, src_dt, relu, scales); });
   run_int8(*e, xd, in[1], in[2], in[3], y);
 }
 
