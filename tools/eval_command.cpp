@@ -21,8 +21,7 @@ int run_eval(const std::string& dir, const std::string& data_dir, int64_t batch_
   if (!data_dir.empty()) data.dir = data_dir;
   // Only the test split is evaluated, prepared with the training run's normalization.
   RunData d = load_run_data(data, /*with_train=*/false, &run.info);
-  auto model = make_model_for(run.model, run.info);
-  train::load_checkpoint_weights(ckpt, *model);
+  auto model = load_run_model(ckpt, run);
   data::DataLoader loader(d.test, {.batch_size = batch_size});
   // In the precision the run trained (and was tested) in, so the accuracies agree.
   std::optional<AutocastGuard> region;

@@ -14,6 +14,7 @@
 #include "tools/config_file.h"
 #include "tools/flag_checks.h"
 #include "tools/predict_command.h"
+#include "tools/quantize_command.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -159,6 +160,30 @@ int main(int argc, char** argv) {
   eval->add_option("--batch-size", eval_batch, "samples per batch")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
 
+  kiln::cli::QuantizeArgs q;
+  CLI::App* quantize = app.add_subcommand(
+      "quantize",
+      "int8 post-training quantization of a training run's model, with the accuracy before and "
+      "after");
+  quantize->add_option("dir", q.dir, "the --out directory of a training run")->required();
+  quantize->add_option("--out", q.out, "directory for the quantized copy (default: DIR-int8)");
+  quantize
+      ->add_option("--calibration-samples", q.calibration_samples,
+                   "training samples whose activations set the int8 ranges")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  quantize->add_option("--observer", q.observer, "how ranges are estimated: minmax or percentile")
+      ->check(CLI::IsMember({"minmax", "percentile"}))
+      ->capture_default_str();
+  quantize->add_option("--percentile", q.percentile, "the percentile observer's percentile")
+      ->check(CLI::Range(50.0, 100.0))
+      ->capture_default_str();
+  quantize->add_option("--seed", q.seed, "which training samples calibrate")->capture_default_str();
+  quantize->add_option("--data-dir", q.data_dir, "override the dataset directory");
+  quantize->add_option("--batch-size", q.batch_size, "samples per batch when testing")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  quantize->add_flag("--overwrite", q.overwrite, "replace an earlier quantized copy at --out");
+
   kiln::cli::PredictArgs p;
   CLI::App* predict = app.add_subcommand(
       "predict",
@@ -261,6 +286,7 @@ int main(int argc, char** argv) {
     if (*train) return kiln::cli::run_train(t);
     if (*eval) return kiln::cli::run_eval(eval_dir, eval_data_dir, eval_batch);
     if (*predict) return kiln::cli::run_predict(p);
+    if (*quantize) return kiln::cli::run_quantize(q);
     if (*board) return kiln::cli::run_board(b);
     if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);

@@ -141,12 +141,7 @@ int run_predict(const PredictArgs& a) {
   const std::string out_ext = lower_extension(a.out);
   if (!a.out.empty() && out_ext != ".json" && out_ext != ".csv")
     throw Error("[kiln predict] expected --out to end in .json or .csv, but got " + a.out);
-  auto model = make_model_for(run.model, info);
-  if (a.weights.empty())
-    train::load_checkpoint_weights(ckpt, *model);
-  else
-    model->load_state_dict(io::load_safetensors(a.weights).tensors, /*strict=*/true);
-  model->train(false);
+  auto model = load_run_model(ckpt, run, a.weights);
   const int64_t k = std::min<int64_t>(a.top_k, info.classes());
 
   std::vector<Sample> samples;

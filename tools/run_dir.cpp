@@ -6,6 +6,9 @@
 #include <type_traits>
 
 #include "kiln/core/error.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/nn/quantized.h"
+#include "kiln/train/checkpoint.h"
 
 namespace kiln::cli {
 
@@ -146,9 +149,22 @@ RecordedRun recorded_run(const nlohmann::json& meta) {
   run.model = a.model;
   run.data = data_args(a);
   run.precision = a.precision;
+  if (meta.contains("quantization")) run.quantization = meta["quantization"];
   run.info =
       meta.contains("data_info") ? DataInfo::from_json(meta["data_info"]) : data_info(a.data);
   return run;
+}
+
+std::shared_ptr<nn::Module> load_run_model(const std::string& checkpoint, const RecordedRun& run,
+                                           const std::string& weights) {
+  auto model = make_model_for(run.model, run.info);
+  if (!run.quantization.is_null()) nn::prepare_quantized(*model, run.quantization);
+  if (weights.empty())
+    train::load_checkpoint_weights(checkpoint, *model);
+  else
+    model->load_state_dict(io::load_safetensors(weights).tensors, /*strict=*/true);
+  model->eval();
+  return model;
 }
 
 }  // namespace kiln::cli

@@ -42,7 +42,14 @@ struct RecordedRun {
   DataArgs data;
   DataInfo info;
   std::string precision = "float32";  // --precision (Note [training precision])
+  // A copy written by `kiln quantize`: nn::quantization_spec of its model; null otherwise.
+  nlohmann::json quantization;
 };
+
+// The run's model with its recorded weights (made int8 first where the run was quantized), in
+// evaluation mode. `weights`, when not empty, is a safetensors file to load instead.
+std::shared_ptr<nn::Module> load_run_model(const std::string& checkpoint, const RecordedRun& run,
+                                           const std::string& weights = "");
 RecordedRun recorded_run(const nlohmann::json& checkpoint_metadata);
 
 }  // namespace kiln::cli

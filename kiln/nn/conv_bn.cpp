@@ -121,6 +121,26 @@ bool may_cache(const Conv2d& conv, const BatchNorm& bn) {
 
 Tensor conv_bn(Conv2d& conv, BatchNorm& bn, const Tensor& input, const Tensor& residual,
                bool relu_after) {
+  // Note [quantized layers]: int8 with the batch norm folded in, or calibrating.
+  if (LayerQuantization* q = conv.quantization.get()) {
+    if (q->active && q->folded_batch_norm) {
+      Tensor y = quantized_forward(conv, *q, input, relu_after && !residual.defined());
+      if (!residual.defined()) return y;
+      y = add(y, residual);
+      return relu_after ? relu(y) : y;
+    }
+    if (q->observer) {
+      q->observer->observe(input);
+      q->calibrated_with = &bn;
+      // The convolution's own forward must not observe the same input again.
+      struct Restore {
+        LayerQuantization* q;
+        std::shared_ptr<ActivationObserver> observer;
+        ~Restore() { q->observer = std::move(observer); }
+      } restore{q, std::move(q->observer)};
+      return conv_bn(conv, bn, input, residual, relu_after);
+    }
+  }
   // Explicit state only, never grad mode (Note [conv-bn inference]).
   const bool fuse = !conv.is_training() && !bn.is_training() && bn.options.track_running_stats &&
                     bn.running_mean.defined() && bn.running_var.defined() &&

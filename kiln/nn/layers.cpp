@@ -64,6 +64,10 @@ Tensor Linear::forward(const Tensor& input) {
   if (input.dim() < 1 || input.size(-1) != in_features)
     fail("Linear", Loc::current(), "expected input [..., {}], but got {}", in_features,
          input.describe());
+  if (quantization) {
+    if (quantization->active) return quantized_forward(*this, *quantization, input, false);
+    if (quantization->observer) quantization->observer->observe(input);
+  }
   return linear(input, weight, bias);
 }
 
@@ -97,6 +101,17 @@ void Conv2d::reset_parameters(Generator* gen) {
 }
 
 Tensor Conv2d::forward(const Tensor& input) {
+  if (quantization) {
+    if (quantization->active) {
+      // Note [quantized layers]: its int8 weights include the batch norm's scale.
+      if (quantization->folded_batch_norm)
+        fail("Conv2d", Loc::current(),
+             "this convolution was quantized with its batch norm folded into its weights, so it "
+             "runs only through conv_bn(conv, bn, x), not alone");
+      return quantized_forward(*this, *quantization, input, false);
+    }
+    if (quantization->observer) quantization->observer->observe(input);
+  }
   return conv2d(input, weight, bias, options);
 }
 

@@ -5,6 +5,7 @@
 #include "kiln/core/rng.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/quantized.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/pool.h"
 
@@ -26,6 +27,8 @@ class Linear : public Module {
   int64_t in_features, out_features;
   InitProfile profile;
   Tensor weight, bias;
+  // int8 inference state, set by post-training quantization (Note [quantized layers]).
+  std::shared_ptr<LayerQuantization> quantization;
 };
 
 // weight [out, in / groups, kh, kw]; initialization as Linear (fan_in = in / groups * kh * kw).
@@ -42,6 +45,8 @@ class Conv2d : public Module {
   Conv2dOptions options;
   InitProfile profile;
   Tensor weight, bias;
+  // int8 inference state, set by post-training quantization (Note [quantized layers]).
+  std::shared_ptr<LayerQuantization> quantization;
 };
 
 // weight [in, out / groups, kh, kw]; PyTorch initialization, whose fan_in is read from weight's

@@ -1,0 +1,116 @@
+#include "kiln/nn/quantized.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "kiln/core/error.h"
+#include "kiln/nn/layers.h"
+#include "kiln/ops/factories.h"
+#include "kiln/ops/quantize.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln::nn {
+
+LayerQuantization* layer_quantization(Module& layer) {
+  if (auto* conv = dynamic_cast<Conv2d*>(&layer)) return conv->quantization.get();
+  if (auto* linear = dynamic_cast<Linear*>(&layer)) return linear->quantization.get();
+  return nullptr;
+}
+
+namespace {
+
+std::shared_ptr<LayerQuantization>* quantization_slot(Module& layer) {
+  if (auto* conv = dynamic_cast<Conv2d*>(&layer)) return &conv->quantization;
+  if (auto* linear = dynamic_cast<Linear*>(&layer)) return &linear->quantization;
+  return nullptr;
+}
+
+}  // namespace
+
+LayerQuantization& make_quantized(Module& layer, DType input_dtype, double input_scale,
+                                  bool folded_batch_norm, const Loc& loc) {
+  std::shared_ptr<LayerQuantization>* slot = quantization_slot(layer);
+  if (slot == nullptr)
+    fail("quantize", loc, "expected a Conv2d or Linear layer, but got a {}", layer.type_name());
+  if (*slot && (*slot)->active)
+    fail("quantize", loc, "the {} is already quantized; quantize the float model instead",
+         layer.type_name());
+  if (input_dtype != DType::UInt8 && input_dtype != DType::Int8)
+    fail("quantize", loc, "expected an input dtype uint8 or int8, but got {}",
+         dtype_name(input_dtype));
+  if (!(std::isfinite(input_scale) && input_scale > 0.0))
+    fail("quantize", loc, "expected a finite input scale > 0, but got {}", input_scale);
+  Tensor* weight = nullptr;
+  if (auto* conv = dynamic_cast<Conv2d*>(&layer)) weight = &conv->weight;
+  if (auto* linear = dynamic_cast<Linear*>(&layer)) weight = &linear->weight;
+  if (folded_batch_norm && dynamic_cast<Conv2d*>(&layer) == nullptr)
+    fail("quantize", loc, "only a Conv2d can have a batch norm folded in, not a {}",
+         layer.type_name());
+  const int64_t out = weight->size(0);
+  auto q = std::make_shared<LayerQuantization>();
+  q->input_dtype = input_dtype;
+  q->input_scale = input_scale;
+  q->folded_batch_norm = folded_batch_norm;
+  q->weight_q = layer.register_buffer("weight_q", zeros(weight->shape(), {.dtype = DType::Int8}));
+  q->bias_q = layer.register_buffer("bias_q", zeros({out}, {.dtype = DType::Int32}));
+  q->out_scale = layer.register_buffer("out_scale", zeros({out}, {.dtype = DType::Float32}));
+  q->active = true;
+  *slot = std::move(q);
+  return **slot;
+}
+
+nlohmann::json quantization_spec(const Module& model) {
+  nlohmann::json layers = nlohmann::json::object();
+  for (const auto& [name, m] : model.named_modules()) {
+    const LayerQuantization* q = layer_quantization(*m);
+    if (q == nullptr || !q->active) continue;
+    layers[name] = {{"type", m->type_name()},
+                    {"input_dtype", dtype_name(q->input_dtype)},
+                    {"input_scale", q->input_scale},
+                    {"folded_batch_norm", q->folded_batch_norm}};
+  }
+  return {{"scheme", "int8-symmetric"}, {"layers", layers}};
+}
+
+void prepare_quantized(Module& model, const nlohmann::json& spec, const Loc& loc) {
+  if (!spec.is_object() || spec.value("scheme", "") != "int8-symmetric" ||
+      !spec.contains("layers") || !spec["layers"].is_object())
+    fail("prepare_quantized", loc,
+         "expected a quantization spec {{\"scheme\": \"int8-symmetric\", \"layers\": {{...}}}}, "
+         "but got {}",
+         spec.dump().substr(0, 200));
+  std::map<std::string, Module*> modules;
+  for (const auto& [name, m] : model.named_modules()) modules[name] = m;
+  for (const auto& [name, entry] : spec["layers"].items()) {
+    auto it = modules.find(name);
+    if (it == modules.end())
+      fail("prepare_quantized", loc, "the spec quantizes a layer \"{}\" that the model lacks",
+           name);
+    try {
+      const std::optional<DType> dt = dtype_from_name(entry.at("input_dtype").get<std::string>());
+      if (!dt) throw Error("unknown input_dtype " + entry.at("input_dtype").dump());
+      make_quantized(*it->second, *dt, entry.at("input_scale").get<double>(),
+                     entry.at("folded_batch_norm").get<bool>(), loc);
+    } catch (const nlohmann::json::exception& e) {
+      fail("prepare_quantized", loc, "malformed entry for layer \"{}\": {}", name, e.what());
+    } catch (const Error& e) {
+      fail("prepare_quantized", loc, "layer \"{}\": {}", name, e.what());
+    }
+  }
+}
+
+Tensor quantized_forward(Module& layer, const LayerQuantization& q, const Tensor& x, bool relu,
+                         const Loc& loc) {
+  const Tensor xq = quantize_per_tensor(x, q.input_scale, q.input_dtype, loc);
+  if (auto* conv = dynamic_cast<Conv2d*>(&layer)) {
+    if (x.dim() == 3)  // unbatched (C, H, W)
+      return squeeze(quantized_conv2d(unsqueeze(xq, 0), q.weight_q, q.bias_q, q.out_scale, relu,
+                                      conv->options, loc),
+                     0);
+    return quantized_conv2d(xq, q.weight_q, q.bias_q, q.out_scale, relu, conv->options, loc);
+  }
+  return quantized_linear(xq, q.weight_q, q.bias_q, q.out_scale, relu, loc);
+}
+
+}  // namespace kiln::nn
