@@ -184,6 +184,19 @@ expect_error "needs --data-dir" train --data cifar10 --out "$tmp/c"
   --augment --out "$tmp/c" >"$tmp/cifar.log"
 grep -q "Test accuracy: .*(loss .*, 64 samples, test split)" "$tmp/cifar.log" || fail "cifar10 run: $(tail -3 "$tmp/cifar.log")"
 "$kiln" eval "$tmp/c" | grep -q "cnn on cifar10" || fail "eval of the cifar10 run"
+# kiln quantize on a CNN (its batch norms folded into int8 convolutions), then eval and predict of
+# the quantized copy.
+"$kiln" quantize "$tmp/c" --calibration-samples 64 --out "$tmp/c8" >"$tmp/c8.log" 2>&1 ||
+  fail "quantize of the cifar10 cnn: $(tail -3 "$tmp/c8.log")"
+grep -q "Quantized 4 of the model's convolution and linear layers" "$tmp/c8.log" ||
+  fail "the cnn's quantization: $(cat "$tmp/c8.log")"
+c8_acc=$(grep -o "^int8 *[0-9.]*%" "$tmp/c8.log" | grep -o "[0-9.]*%")
+"$kiln" eval "$tmp/c8" | grep -q "accuracy $c8_acc" || fail "eval of the quantized cnn disagrees ($c8_acc)"
+[[ -f $tmp/c8/quantization.json ]] || fail "no quantization.json"
+expect_error "already quantized" quantize "$tmp/c8" --out "$tmp/c88"
+expect_error "already exists; pass --overwrite" quantize "$tmp/c" --out "$tmp/c8"
+expect_error "--observer" quantize "$tmp/c" --observer entropy
+expect_error "does not exist" quantize "$tmp/nowhere"
 head -c 5000 "$tmp/cifar/test_batch.bin" >"$tmp/cifar/truncated.bin"
 mv "$tmp/cifar/truncated.bin" "$tmp/cifar/test_batch.bin"
 expect_error "test_batch.bin" eval "$tmp/c" --data-dir "$tmp/cifar"
@@ -211,4 +224,11 @@ KILN_NATIVE_LOW_PRECISION=0 "$kiln" train "${small[@]}" --epochs 1 --precision f
   --out "$tmp/fp16_off" >"$tmp/fp16_off.log" 2>&1 || fail "fp16 fallback run failed"
 grep -q "no native kernels on this CPU: computing in float32" "$tmp/fp16_off.log" ||
   fail "the fp16 run on a CPU without native kernels did not say it fell back"
+# int8 on real data: the MLP's accuracy moves by less than a point.
+"$kiln" quantize "$tmp/straight" --calibration-samples 512 >"$tmp/q.log" 2>&1 ||
+  fail "quantize: $(tail -3 "$tmp/q.log")"
+q_change=$(grep -o "Accuracy change: [-+0-9.]*" "$tmp/q.log" | grep -o "[-+0-9.]*$")
+python3 -c "import sys; sys.exit(abs(float('$q_change')) > 1.0)" ||
+  fail "int8 changed the MLP's accuracy by $q_change points"
+"$kiln" eval "$tmp/straight-int8" | grep -q "mlp on fashion-mnist" || fail "eval of the int8 MLP"
 echo "kiln command: all checks passed"

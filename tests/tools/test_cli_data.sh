@@ -89,6 +89,13 @@ right=$(json "$tmp/pred.json" "sum(p['input'].split('_')[0] == p['top'][0]['clas
 [[ $(json "$tmp/pred.json" "len({p['input'].rsplit('.', 1)[0]: p['top'][0]['class'] for p in j})") == 9 ]] ||
   fail "predict: an image and its array got different classes"
 "$kiln" predict "$tmp/img" --input "$tmp/new" --out "$tmp/pred.csv" >/dev/null 2>&1 || fail "predict --out csv"
+# The int8 copy of the run (kiln quantize) predicts as well.
+"$kiln" quantize "$tmp/img" --calibration-samples 100 --out "$tmp/img8" >"$tmp/img8.log" 2>&1 ||
+  fail "quantize: $(tail -3 "$tmp/img8.log")"
+"$kiln" predict "$tmp/img8" --input "$tmp/new" --out "$tmp/pred8.json" >/dev/null 2>&1 ||
+  fail "predict with the int8 copy"
+right8=$(json "$tmp/pred8.json" "sum(p['input'].split('_')[0] == p['top'][0]['class'] for p in j)")
+((right8 >= 14)) || fail "predict (int8): only $right8 of 18 unseen inputs classified right"
 [[ $(head -1 "$tmp/pred.csv") == "input,rank,class,index,probability" && $(wc -l <"$tmp/pred.csv") -eq 55 ]] ||
   fail "predictions CSV: $(head -3 "$tmp/pred.csv")"
 grep -q "1. \(shirt\|sneaker\|trouser\) [0-9.]*%" "$tmp/pred.log" || fail "printed predictions: $(head -3 "$tmp/pred.log")"
