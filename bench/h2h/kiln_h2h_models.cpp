@@ -11,6 +11,7 @@
 
 #include "bench/h2h/h2h_common.h"
 #include "bench/h2h/resnet_training.h"
+#include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/kiln.h"
 
 namespace h2h {
@@ -114,6 +115,17 @@ json run_train_compiled(const Options& o) {
   return {{"results", results}, {"info", info}};
 }
 
+// Quantizes `model` to int8 (train::quantize) on `calibration`, returning the largest logit
+// difference on `x` from `want` relative to the largest logit.
+double quantize_for_inference(kiln::nn::Module& model, const Tensor& calibration,
+                              const Tensor& want, const Tensor& x) {
+  auto ds = std::make_shared<kiln::data::TensorDataset>(
+      calibration, kiln::zeros({calibration.size(0)}, {.dtype = kiln::DType::Int64}));
+  kiln::data::DataLoader loader(ds, {.batch_size = calibration.size(0)});
+  kiln::train::quantize(model, loader, {.calibration_samples = calibration.size(0)});
+  return max_rel_err(model(x), want);
+}
+
 json run_infer(const Options& o) {
   if (o.dir.empty()) throw std::runtime_error("--group=infer needs --dir (torch_h2h.py prepare)");
   auto model = kiln::nn::resnet18(3, 10);
@@ -153,7 +165,17 @@ json run_infer(const Options& o) {
   results["resnet18_infer_b64@compiled"] =
       time_workload([&] { Tensor y = compiled({x64})[0]; }, b64).to_json();
   log("compiled resnet18 inference done (" + std::to_string(compiled.stats().traces) + " trace)");
+  // int8 (Note [quantized layers]): calibrated on the first 32 images, as `kiln quantize` would
+  // on training data; the logits' distance from float32 is reported beside the timings.
+  const double int8_rel = quantize_for_inference(*model, x64.narrow(0, 0, 32), want, x64);
+  log("int8 resnet18 logits vs PyTorch float32: " + std::to_string(int8_rel));
+  results["resnet18_infer_b1@int8"] = time_workload([&] { Tensor y = (*model)(x1); }, b1).to_json();
+  results["resnet18_infer_b64@int8"] =
+      time_workload([&] { Tensor y = (*model)(x64); }, b64).to_json();
+  log("int8 resnet18 inference done");
   json info = {{"logits_max_rel_err", rel},
+               {"int8_logits_max_rel_err", int8_rel},
+               {"onednn_isa", kiln::onednn_cpu_isa()},
                {"logits_max_abs_err", max_diff},
                {"compiled_logits_max_rel_err", compiled_rel},
                {"compiled_traces", compiled.stats().traces}};

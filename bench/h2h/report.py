@@ -21,13 +21,14 @@ import sys
 
 SIDES = ("kiln", "torch", "ort", "onednn")
 SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN",
-              "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch"}
+              "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch",
+              "kiln8": "kiln int8"}
 GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn", "lowp")
 # Which processes run which groups (run.sh).
 SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn", "lowp"),
                "ort": ("infer", "compile"), "libtorch": ("micro", "infer", "train")}
 # A result key "name@suffix" is the workload `name` on another side of the same process.
-SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts"}
+SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts", "int8": "kiln8"}
 BATCHES = (1, 8, 32, 64, 128)
 LOGITS_TOLERANCE = 1e-4
 
@@ -77,9 +78,9 @@ ROWS = [
     ("resnet18_train_step", "ResNet-18 train step b128 Adam", "img/s", "rate", 128,
      TRAIN * R18 * 128, ("kiln", "torch")),
     ("resnet18_infer_b1", "ResNet-18 inference b1 latency", "ms", "time", 1e-3, R18,
-     ("kiln", "torch", "ort")),
+     ("kiln", "torch", "ort", "kiln8")),
     ("resnet18_infer_b64", "ResNet-18 inference b64", "img/s", "rate", 64, R18 * 64,
-     ("kiln", "torch", "ort")),
+     ("kiln", "torch", "ort", "kiln8")),
     ("mlp_step", "MLP 784-256-10 SGD step b64", "ms", "time", 1e-3, TRAIN * MLP * 64,
      ("kiln", "torch")),
     ("cnn_epoch", "small CNN Fashion-MNIST epoch", "s", "time", 1.0,
@@ -138,7 +139,9 @@ TARGETS = {
     "resnet18_train_step": [(">= 1.2x PyTorch img/s", lambda f: f["torch"] / f["kiln"] >= 1.2)],
     "resnet18_infer_b64": [(">= 0.9x ONNX RT", lambda f: f["ort"] / f["kiln"] >= 0.9),
                            (">= 1.2x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.2)],
-    "resnet18_infer_b1": [("latency <= 1.2x ONNX RT", lambda f: f["kiln"] <= 1.2 * f["ort"])],
+    "resnet18_infer_b1": [("latency <= 1.2x ONNX RT", lambda f: f["kiln"] <= 1.2 * f["ort"]),
+                          # Issue 17: int8 (kiln quantize) against ONNX RT's float32.
+                          ("int8 latency <= 0.4x ONNX RT", lambda f: f["kiln8"] <= 0.4 * f["ort"])],
     "mlp_step": [(">= 1.5x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.5)],
     "cnn_epoch": [(">= 1.3x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.3)],
     "resnet18_train_rss": [("<= PyTorch", lambda f: f["kiln"] <= f["torch"])],
@@ -511,6 +514,23 @@ def main():
             speedup = f32["median"] / b16["median"]
             print(f"ResNet-18 train step, kiln bf16 vs kiln float32: {speedup:.2f}x "
                   f"(target >= 3x: {'met' if speedup >= 3 else 'not met'})")
+        print()
+    int8_b1 = figures.get("resnet18_infer_b1", {})
+    int8_b64 = figures.get("resnet18_infer_b64", {})
+    if "kiln8" in int8_b1 and "ort" in int8_b1:
+        # Issue 17: int8 (kiln quantize's path) against ONNX Runtime's float32, same weights.
+        b1 = int8_b1["kiln8"]["median"] / int8_b1["ort"]["median"]
+        print(f"int8 inference (kiln quantize; oneDNN ISA {kinfo.get('onednn_isa', '?')}): "
+              f"ResNet-18 b1 {int8_b1['kiln8']['median'] * 1e3:.2f} ms, "
+              f"{b1:.2f}x ONNX RT float32's {int8_b1['ort']['median'] * 1e3:.2f} ms "
+              f"(target <= 0.4x: {'met' if b1 <= 0.4 else 'not met'}); kiln float32 "
+              f"{int8_b1['kiln']['median'] * 1e3:.2f} ms")
+        if "kiln8" in int8_b64 and "ort" in int8_b64:
+            print(f"  b64 {64 / int8_b64['kiln8']['median']:.0f} img/s, "
+                  f"{int8_b64['ort']['median'] / int8_b64['kiln8']['median']:.2f}x ONNX RT "
+                  f"float32's {64 / int8_b64['ort']['median']:.0f} img/s; int8 logits vs "
+                  f"float32: max |diff| / max |ref| = "
+                  f"{kinfo.get('int8_logits_max_rel_err', float('nan')):.3f}")
         print()
     print("kiln vs X: X's time / kiln's time (> 1: kiln faster; rates likewise); for peak RSS, "
           "kiln's MiB / PyTorch's (< 1: kiln smaller).")
