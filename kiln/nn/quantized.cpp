@@ -12,21 +12,16 @@
 
 namespace kiln::nn {
 
-LayerQuantization* layer_quantization(Module& layer) {
-  if (auto* conv = dynamic_cast<Conv2d*>(&layer)) return conv->quantization.get();
-  if (auto* linear = dynamic_cast<Linear*>(&layer)) return linear->quantization.get();
-  return nullptr;
-}
-
-namespace {
-
 std::shared_ptr<LayerQuantization>* quantization_slot(Module& layer) {
   if (auto* conv = dynamic_cast<Conv2d*>(&layer)) return &conv->quantization;
   if (auto* linear = dynamic_cast<Linear*>(&layer)) return &linear->quantization;
   return nullptr;
 }
 
-}  // namespace
+LayerQuantization* layer_quantization(Module& layer) {
+  std::shared_ptr<LayerQuantization>* slot = quantization_slot(layer);
+  return slot != nullptr ? slot->get() : nullptr;
+}
 
 LayerQuantization& make_quantized(Module& layer, DType input_dtype, double input_scale,
                                   bool folded_batch_norm, const Loc& loc) {

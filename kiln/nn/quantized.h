@@ -43,7 +43,9 @@ struct LayerQuantization {
   Tensor weight_q, bias_q, out_scale;  // handles of the module's buffers
 };
 
-// The layer's quantization state: the module must be a Conv2d or a Linear (else nullptr).
+// Where a Conv2d or Linear keeps its quantization state (nullptr for other modules).
+std::shared_ptr<LayerQuantization>* quantization_slot(Module& layer);
+// The layer's quantization state: nullptr unless a Conv2d or Linear with one.
 LayerQuantization* layer_quantization(Module& layer);
 
 // Sets up `layer` (a Conv2d or Linear) as converted: registers weight_q, bias_q and out_scale

@@ -176,8 +176,7 @@ QuantizeResult quantize(nn::Module& model, data::DataLoader& calibration,
 
   // Calibration: float forward passes with an observer on every candidate.
   auto slot = [](nn::Module* m) -> std::shared_ptr<nn::LayerQuantization>& {
-    if (auto* conv = dynamic_cast<nn::Conv2d*>(m)) return conv->quantization;
-    return dynamic_cast<nn::Linear*>(m)->quantization;
+    return *nn::quantization_slot(*m);
   };
   for (Candidate& c : candidates) {
     auto q = std::make_shared<nn::LayerQuantization>();
