@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/kernel_table.h"
@@ -35,13 +36,15 @@ void quantize_dense_f32(const float* x, Q* y, int64_t n, const QuantizeTo<Q>& f)
     const __m256 inv = _mm256_set1_ps(f.inv_scale), lo = _mm256_set1_ps(f.lo),
                  hi = _mm256_set1_ps(f.hi);
     int64_t i = b;
-    alignas(32) int32_t q[8];
     for (; i + 8 <= e; i += 8) {
       __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
       v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
       v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_cvtps_epi32(v));
-      for (int k = 0; k < 8; ++k) y[i + k] = static_cast<Q>(q[k]);
+      const __m256i q = _mm256_cvtps_epi32(v);
+      // Narrow 8 int32 (already in range) to 8 bytes; the packs keep the order within a lane.
+      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const __m128i b = std::is_same_v<Q, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
     }
     for (; i < e; ++i) y[i] = f(x[i]);
   });
