@@ -393,5 +393,33 @@ TEST(MaxPool2d, BackwardNamesTheFirstBadIndexWhateverTheThreads) {
   set_num_threads(before);
 }
 
+// Note [channels-last max pooling]: a channels-last input is pooled where it lies; values and
+// indices equal the planar kernel's bit for bit, ties, NaNs, padding, dilation and ceil mode
+// included.
+TEST(MaxPool, ChannelsLastInputGivesThePlanarResultsExactly) {
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<int> pick(0, 5);
+  std::vector<float> v(2 * 19 * 9 * 11);
+  for (float& x : v) x = static_cast<float>(pick(gen));  // many ties
+  v[5] = v[300] = v[301] = std::numeric_limits<float>::quiet_NaN();
+  v[777] = -std::numeric_limits<float>::infinity();
+  const Tensor x = tensor<float>(v, Shape{2, 19, 9, 11});
+  const Tensor x_last = contiguous(x, MemoryFormat::kChannelsLast);
+  ASSERT_FALSE(x_last.is_contiguous());
+  for (const MaxPool2dOptions& o :
+       {MaxPool2dOptions{}, MaxPool2dOptions{.stride = 2, .padding = 1, .ceil_mode = true},
+        MaxPool2dOptions{.stride = {1, 2}, .padding = 1, .dilation = 2}}) {
+    for (Size2 k : {Size2{2}, Size2{3}, Size2{2, 3}}) {
+      auto [want, want_i] = max_pool2d_with_indices(x, k, o);
+      auto [got, got_i] = max_pool2d_with_indices(x_last, k, o);
+      const std::vector<float> a = want.to_vector<float>(), b = got.to_vector<float>();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
+      EXPECT_EQ(want_i.to_vector<int64_t>(), got_i.to_vector<int64_t>());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -308,8 +308,69 @@ void max_plane_dilation1(const PoolParams& p, const T* xp, int64_t h, int64_t w,
 
 }  // namespace
 
+// Note [channels-last max pooling]: a channels-last input (a convolution's NHWC output, an
+// int8 convolution's always) is pooled where it lies: each output position takes the maximum of
+// its window's C-vectors, vectorized across channels, instead of first copying the whole input
+// to planes. The outputs stay contiguous (NCHW), as infer says for every input: a graph traced
+// with a symbolic batch cannot know which inputs will be channels-last (Note [channels-last]),
+// so an output layout that followed the input's would break the views traced after it. Every
+// channel's scan is max_cell's (the same window, clipped the same way, the same elements in the
+// same row-major order under the same update rule), so values and indices (flat within the
+// [H, W] plane) match the planar kernel bit for bit.
+template <class T>
+void max_pool_channels_last(const PoolParams& p, const T* px, T* py, int64_t* pi, int64_t n,
+                            int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  using C = compute_t<T>;
+  const int64_t rows = n * oh;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(ow * c, 1));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<C> m(static_cast<size_t>(c));
+    std::vector<int64_t> best(static_cast<size_t>(c));
+    C* __restrict mp = m.data();
+    int64_t* __restrict bp = best.data();
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / oh, i = r % oh;
+      int64_t h0 = i * p.stride.h - p.padding.h;
+      const int64_t h1 = std::min(h0 + (p.kernel.h - 1) * p.dilation.h + 1, h);
+      while (h0 < 0) h0 += p.dilation.h;
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t w0 = j * p.stride.w - p.padding.w;
+        const int64_t w1 = std::min(w0 + (p.kernel.w - 1) * p.dilation.w + 1, w);
+        while (w0 < 0) w0 += p.dilation.w;
+        std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
+        std::fill(best.begin(), best.end(), h0 * w + w0);
+        for (int64_t ih = h0; ih < h1; ih += p.dilation.h)
+          for (int64_t iw = w0; iw < w1; iw += p.dilation.w) {
+            const T* src = px + ((b * h + ih) * w + iw) * c;
+            const int64_t offset = ih * w + iw;
+#pragma omp simd
+            for (int64_t k = 0; k < c; ++k) scan_step(static_cast<C>(src[k]), offset, mp[k], bp[k]);
+          }
+        // Output (b, k, i, j) of the NCHW outputs.
+        const int64_t o = (b * c * oh + i) * ow + j, plane = oh * ow;
+        for (int64_t k = 0; k < c; ++k) {
+          py[o + k * plane] = static_cast<T>(mp[k]);
+          pi[o + k * plane] = bp[k];
+        }
+      }
+    }
+  });
+}
+
 void max_pool_kernel(const PoolParams& p, const Tensor& x_in, const Tensor& values,
                      const Tensor& indices) {
+  if (x_in.dim() == 4 && x_in.is_channels_last() && !x_in.is_contiguous() &&
+      values.is_contiguous() && indices.is_contiguous()) {
+    const Tensor& x = x_in;
+    visit_floating(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      max_pool_channels_last(p, static_cast<const T*>(x.raw_data()),
+                             static_cast<T*>(values.raw_data()),
+                             static_cast<int64_t*>(indices.raw_data()), x.size(0), x.size(1),
+                             x.size(2), x.size(3), values.size(2), values.size(3));
+    });
+    return;
+  }
   const Tensor x = dense(x_in);
   const int64_t h = x.size(-2), w = x.size(-1), oh = values.size(-2), ow = values.size(-1);
   int64_t* pi = static_cast<int64_t*>(indices.raw_data());
