@@ -78,10 +78,16 @@ struct CompiledStep::State {
 
   // in: data, target, hyper. Returns [loss, logits]; the updates are nodes of the graph.
   std::vector<Tensor> step(const std::vector<Tensor>& in) const {
-    const Tensor logits = (*model)(in[0]);
-    Tensor total = loss(logits, in[1]);
-    const Tensor penalty = model->regularization_loss();
-    if (penalty.defined()) total = add(total, penalty);
+    Tensor logits, total;
+    {
+      // Note [autocast in compiled steps].
+      std::optional<AutocastGuard> region;
+      if (options.autocast_dtype) region.emplace(*options.autocast_dtype, options.autocast_options);
+      logits = (*model)(in[0]);
+      total = loss(logits, in[1]);
+      const Tensor penalty = model->regularization_loss();
+      if (penalty.defined()) total = add(total, penalty);
+    }
     std::vector<Tensor> grads = kiln::grad({total}, params, {}, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
     // A parameter the loss does not reach gets a zero gradient (eager leaves .grad empty and
@@ -158,8 +164,10 @@ struct CompiledStep::State {
     o.logger = options.logger;
     nn::Module* m = model;
     const int* gen = &generation;
-    o.state_key = [m, gen] {
-      return fmt::format("{}, optimizer tensors #{}", nn::mode_key(*m), *gen);
+    const std::string precision =
+        options.autocast_dtype ? dtype_name(*options.autocast_dtype) : "float32";
+    o.state_key = [m, gen, precision] {
+      return fmt::format("{}, optimizer tensors #{}, {}", nn::mode_key(*m), *gen, precision);
     };
     o.capture_name = nn::state_names(*m);
     return o;
@@ -194,6 +202,10 @@ CompiledStep::CompiledStep(nn::Module& model, StepLossFn loss, optim::Optimizer&
                            CompiledStepOptions options)
     : state_(std::make_shared<State>()) {
   if (!loss) throw Error("[compile_train_step] expected a loss function, but got an empty one");
+  if (options.autocast_dtype && *options.autocast_dtype != DType::BFloat16)
+    throw Error(std::string("[compile_train_step] expected autocast in bfloat16, but got ") +
+                dtype_name(*options.autocast_dtype) +
+                " (float16 needs loss scaling, which compiled steps do not do yet)");
   state_->model = &model;
   state_->loss = std::move(loss);
   state_->optimizer = &optimizer;

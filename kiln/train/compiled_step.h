@@ -6,6 +6,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/graph/function.h"
 #include "kiln/nn/module.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::train {
@@ -41,6 +42,14 @@ struct CompiledStepOptions {
   std::function<void(const std::string&)> logger = nullptr;
   // Intermediates on a planned arena (Note [memory planner]); false: the caching allocator.
   bool plan_memory = true;
+  // Note [autocast in compiled steps]: the forward and the loss are traced inside
+  // autocast(*autocast_dtype, autocast_options), so the graph holds the casts the region makes:
+  // each parameter is cast once per graph (the region's cast cache lives for the trace), the
+  // gradients flow back through the casts to float32 parameters, and nothing is cast again at
+  // run time beyond what the graph says. bfloat16 only: float16 needs loss scaling, which a
+  // compiled step does not do yet (an Error).
+  std::optional<DType> autocast_dtype = std::nullopt;
+  AutocastOptions autocast_options = {};
 };
 
 class CompiledStep {

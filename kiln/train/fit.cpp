@@ -103,13 +103,26 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
     fail("fit", loc, "expected an output stream for verbose progress, but got a null pointer");
   std::ostream* out = options.verbose ? options.out : nullptr;
 
-  if (options.compile && precision_ != Precision::kFloat32)
+  if (options.compile && precision_ == Precision::kFloat16)
     fail("fit", loc,
-         "FitOptions::compile with precision {} is not supported yet (the compiled step is "
-         "traced in float32); train it eagerly, or in float32",
+         "FitOptions::compile with precision {} is not supported yet (its loss scaling is not "
+         "part of compiled steps); train it eagerly, or compile in bfloat16 or float32",
          precision_name(precision_));
   std::optional<CompiledStep> compiled;
-  if (options.compile) compiled.emplace(*model_, loss_, *optimizer_);
+  if (options.compile) {
+    // Note [autocast in compiled steps]; where bfloat16 does not run (no native kernels, not
+    // forced), the eager steps' region would warn and stay float32, and so does this.
+    CompiledStepOptions step_options;
+    if (precision_ != Precision::kFloat32) {
+      std::optional<AutocastGuard> warn_once;
+      enter_precision(warn_once);
+      if (low_precision_active()) {
+        step_options.autocast_dtype = precision_compute_dtype(precision_);
+        step_options.autocast_options.force = force_precision_;
+      }
+    }
+    compiled.emplace(*model_, loss_, *optimizer_, step_options);
+  }
   // Note [training precision]: loss scaling only where float16 actually runs.
   optim::GradScaler* scaler = scaler_ && low_precision_active() ? &*scaler_ : nullptr;
   History history;

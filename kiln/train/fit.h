@@ -99,7 +99,8 @@ class Trainer {
   // autocast region of this precision (parameters and optimizer state stay float32); float16
   // training scales the loss (grad_scaler()) and adds "loss_scale" and "skipped_steps" to the
   // epoch logs. Where the CPU has no native kernels for the dtype, autocast warns once and keeps
-  // float32 (and no loss scaling) unless `force`. Not combined with FitOptions::compile yet.
+  // float32 (and no loss scaling) unless `force`. With FitOptions::compile, bfloat16 steps are
+  // traced inside the region (Note [autocast in compiled steps]); float16 is refused there.
   void set_precision(Precision precision, bool force = false);
   Precision precision() const { return precision_; }
   // Whether the low precision is used on this machine (false for float32, and for a precision the

@@ -203,7 +203,7 @@ expect_error "test_batch.bin" eval "$tmp/c" --data-dir "$tmp/cifar"
 # --precision (Note [training precision]). KILN_NATIVE_LOW_PRECISION=1 makes any CPU count as
 # having native kernels, so both branches run everywhere.
 expect_error "--precision" train --precision int8
-expect_error "not supported yet" train --compile --precision bf16 --out "$tmp/p0"
+expect_error "not supported yet" train --compile --precision fp16 --out "$tmp/p0"
 KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 2 --precision mixed_bfloat16 \
   --out "$tmp/bf16" >"$tmp/bf16.log" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/bf16.log")"
 grep -q "Precision: mixed_bfloat16 (compute in bfloat16, variables in float32)" "$tmp/bf16.log" ||

@@ -2,7 +2,9 @@
 // autocast, float16's loss scaling in the epoch logs, predict's float32 outputs, and the refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "kiln/kiln.h"
@@ -81,11 +83,86 @@ TEST(FitPrecision, WithoutNativeKernelsFloat16StaysFloat32WithoutScaling) {
   EXPECT_FALSE(h.metrics.count("loss_scale"));
 }
 
-TEST(FitPrecision, CompileWithALowPrecisionIsRefused) {
+TEST(FitPrecision, CompileWithFloat16IsRefused) {
   data::DataLoader train = loader(64, 5);
   Rig rig;
-  rig.trainer.set_precision(Precision::kBFloat16, true);
+  rig.trainer.set_precision(Precision::kFloat16, true);
   EXPECT_THROW(rig.trainer.fit(train, {.epochs = 1, .verbose = false, .compile = true}), Error);
+  nn::Linear layer(2, 2);
+  optim::SGD sgd(layer.parameters(), {.lr = 0.1});
+  EXPECT_THROW(compile_train_step(
+                   layer, [](const Tensor& l, const Tensor& y) { return cross_entropy(l, y); }, sgd,
+                   {.autocast_dtype = DType::Float16}),
+               Error);
+}
+
+// Note [autocast in compiled steps]: a compiled bfloat16 step trains as the eager bfloat16 step
+// does, its graph casts each parameter once, and the parameters and gradients stay float32.
+TEST(FitPrecision, CompiledBfloat16StepTrainsAsTheEagerOne) {
+  auto make = [] {
+    manual_seed(9);
+    return nn::mlp(2, {16}, 2);
+  };
+  auto eager_model = make(), compiled_model = make();
+  optim::Adam eager_opt(eager_model->parameters(), {.lr = 1e-2});
+  optim::Adam compiled_opt(compiled_model->parameters(), {.lr = 1e-2});
+  auto ce = [](const Tensor& l, const Tensor& y) { return cross_entropy(l, y); };
+  AutocastOptions force;
+  force.force = true;
+  CompiledStep step =
+      compile_train_step(*compiled_model, ce, compiled_opt,
+                         {.autocast_dtype = DType::BFloat16, .autocast_options = force});
+  auto data = test::separable(64, 11);
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = narrow(data->data(), 0, 8 * i, 8), y = narrow(data->target(), 0, 8 * i, 8);
+    eager_opt.zero_grad();
+    Tensor eager_loss;
+    {
+      AutocastGuard region(DType::BFloat16, force);
+      eager_loss = ce((*eager_model)(x), y);
+    }
+    eager_loss.backward();
+    eager_opt.step();
+    const CompiledStep::Result r = step(x, y);
+    EXPECT_EQ(r.logits.dtype(), DType::BFloat16);
+    EXPECT_NEAR(r.loss.item(), eager_loss.item(), 1e-2 * std::abs(eager_loss.item()) + 1e-3)
+        << "step " << i;
+  }
+  const auto pe = eager_model->parameters(), pc = compiled_model->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    EXPECT_EQ(pc[i].dtype(), DType::Float32);
+    const std::vector<float> a = pe[i].to_vector<float>(), b = pc[i].to_vector<float>();
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 2e-2) << i << "," << k;
+  }
+  // One cast per parameter in the graph.
+  ASSERT_NE(step.function(), nullptr);
+  const auto graphs = step.function()->graphs();
+  ASSERT_EQ(graphs.size(), 1u);
+  const graph::Graph& g = *graphs[0];
+  std::map<int, int> casts_of;  // capture value -> to_dtype nodes reading it
+  for (const graph::Capture& c : g.captures) casts_of[c.value] = 0;
+  int casts = 0;
+  for (const graph::Node& n : g.nodes) {
+    if (std::string(n.op->name()) != "to_dtype") continue;
+    ++casts;
+    auto it = casts_of.find(n.inputs[0]);
+    if (it != casts_of.end()) ++it->second;
+  }
+  EXPECT_GT(casts, 0);
+  int cast_params = 0;
+  for (const graph::Capture& c : g.captures) {
+    EXPECT_LE(casts_of[c.value], 1) << "capture " << c.value;
+    cast_params += casts_of[c.value];
+  }
+  EXPECT_EQ(cast_params, 4) << "two weights and two biases";
+}
+
+TEST(FitPrecision, FitCompiledInBfloat16) {
+  data::DataLoader train = loader(256, 6), test = loader(128, 7);
+  Rig rig;
+  rig.trainer.set_precision(Precision::kBFloat16, /*force=*/true);
+  rig.trainer.fit(train, {.epochs = 4, .verbose = false, .compile = true});
+  EXPECT_GT(rig.trainer.evaluate(test)["accuracy"], 0.9);
 }
 
 }  // namespace
