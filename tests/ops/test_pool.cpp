@@ -408,7 +408,7 @@ TEST(MaxPool, ChannelsLastInputGivesThePlanarResultsExactly) {
   ASSERT_FALSE(x_last.is_contiguous());
   for (const MaxPool2dOptions& o :
        {MaxPool2dOptions{}, MaxPool2dOptions{.stride = 2, .padding = 1, .ceil_mode = true},
-        MaxPool2dOptions{.stride = {1, 2}, .padding = 1, .dilation = 2}}) {
+        MaxPool2dOptions{.stride = Size2{1, 2}, .padding = 1, .dilation = 2}}) {
     for (Size2 k : {Size2{2}, Size2{3}, Size2{2, 3}}) {
       auto [want, want_i] = max_pool2d_with_indices(x, k, o);
       auto [got, got_i] = max_pool2d_with_indices(x_last, k, o);
