@@ -74,10 +74,6 @@ void check_quantized_operands(const char* op, const std::vector<Tensor>& in, int
   if (s.dtype() != DType::Float32 || s.dim() != 1 || s.size(0) != out_channels)
     fail(op, loc, "expected a float32 out_scale of shape [{}], but got {}", out_channels,
          detail::short_desc(s));
-  for (const Tensor& t : in)
-    if (t.device() != x.device())
-      fail(op, loc, "expected every operand on {}, but got {}", x.device().name(),
-           t.device().name());
 }
 
 class QuantizedConv2dOp final : public Op {

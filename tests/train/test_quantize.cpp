@@ -140,6 +140,25 @@ TEST(Quantize, StateSurvivesStateDictAndCheckpoints) {
                {"weight_q"});
 }
 
+// A quantized model traces like any other (its int8 layers are ordinary ops): the graph, with a
+// symbolic batch and every optimization pass, computes the eager int8 results exactly.
+TEST(Quantize, AQuantizedModelTracesAndEqualsEager) {
+  auto model = trained_cnn(21);
+  data::DataLoader calibration(images(100, 22), {.batch_size = 50});
+  train::quantize(*model, calibration, {.calibration_samples = 100});
+  NoGradGuard no_grad;  // grad mode is part of the cache key: trace and run without gradients
+  graph::Function traced = nn::function(model, {graph::TensorSpec({"batch", 1, 8, 8})});
+  for (int64_t n : {1, 5, 16}) {
+    const Tensor x = images(n, 23 + static_cast<uint64_t>(n))->data();
+    EXPECT_EQ(traced({x})[0].to_vector<float>(), (*model)(x).to_vector<float>()) << "batch " << n;
+  }
+  EXPECT_EQ(traced.stats().traces, 1);
+  int int8_nodes = 0;
+  for (const graph::Node& node : traced.graphs()[0]->nodes)
+    int8_nodes += std::string(node.op->name()).rfind("quantize", 0) == 0;
+  EXPECT_GE(int8_nodes, 8) << "4 quantize_per_tensor + 4 quantized layers";
+}
+
 TEST(Quantize, PercentileClipsOutliersThatMinMaxKeeps) {
   // Inputs mostly in [0, 1) with one planted outlier of 50.
   std::vector<float> values = rand({400, 1, 8, 8}).to_vector<float>();
