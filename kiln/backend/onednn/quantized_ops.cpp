@@ -1,7 +1,7 @@
 // CPU kernels of quantized_conv2d and quantized_linear (Note [int8 quantization] in
 // kiln/ops/quantize.h) on oneDNN's int8 primitives: uint8/int8 activations, int8 weights, an int32
-// bias, the per-channel output scale applied at run time (so one primitive serves every layer
-// of a geometry), relu as a post-op, float32 output. The definitions are in kiln/ops/quantize.cpp.
+// bias, the per-channel output scales (fixed in each primitive: fixed_scales), relu as a
+// post-op, float32 output. The definitions are in kiln/ops/quantize.cpp.
 //
 // Note [int8 weight cache]: oneDNN's int8 kernels read weights in a blocked layout (with a
 // compensation term appended when the activations are signed), so the plain int8 weights are
@@ -34,10 +34,9 @@ using tag = dnnl::memory::format_tag;
 
 struct Int8Entry {
   dnnl::primitive primitive;
-  dnnl::memory::desc src_md, wei_plain_md, wei_md, bias_md, dst_md, scale_md, scratch_md;
+  dnnl::memory::desc src_md, wei_plain_md, wei_md, bias_md, dst_md, scratch_md;
   dnnl::reorder wei_reorder;
   bool wei_needs_reorder = false;
-  bool runtime_scales = true;
 };
 
 LruCache<std::shared_ptr<const Int8Entry>>& int8_cache() {
@@ -45,14 +44,10 @@ LruCache<std::shared_ptr<const Int8Entry>>& int8_cache() {
   return *cache;
 }
 
-// The output scales per channel (dim 1 of the output): given at run time, or fixed in the
-// primitive when `fixed` holds them.
-dnnl::primitive_attr int8_attr(bool relu, const std::vector<float>* fixed = nullptr) {
+// The output scales per channel (dim 1 of the output), fixed in the primitive (fixed_scales).
+dnnl::primitive_attr int8_attr(bool relu, const std::vector<float>& scales) {
   dnnl::primitive_attr attr = user_scratchpad_attr();
-  if (fixed != nullptr)
-    attr.set_output_scales(1 << 1, *fixed);
-  else
-    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
+  attr.set_output_scales(1 << 1, scales);
   if (relu) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -113,19 +108,17 @@ Int8WeightCache& int8_weights() {
 }
 
 // Runs entry e with the given operands: x (dense in e's src layout), w (plain int8), b (int32),
-// s (float32 scales), y (the float32 output).
+// y (the float32 output); the scales are in the primitive.
 void run_int8(const Int8Entry& e, const Tensor& x, const Tensor& w, const Tensor& b,
-              const Tensor& s, const Tensor& y) {
+              const Tensor& y) {
   const Tensor wd = int8_weights().get(detail::dense(w, DType::Int8), e);
-  const Tensor bd = detail::dense(b, DType::Int32), sd = detail::dense(s, DType::Float32);
+  const Tensor bd = detail::dense(b, DType::Int32);
   dnnl::engine& eng = dnnl_engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(e.src_md, eng, x.raw_data())},
       {DNNL_ARG_WEIGHTS, dnnl::memory(e.wei_md, eng, wd.raw_data())},
       {DNNL_ARG_BIAS, dnnl::memory(e.bias_md, eng, bd.raw_data())},
       {DNNL_ARG_DST, dnnl::memory(e.dst_md, eng, y.raw_data())}};
-  if (e.runtime_scales)
-    args[DNNL_ARG_ATTR_OUTPUT_SCALES] = dnnl::memory(e.scale_md, eng, sd.raw_data());
   const Tensor scratch = scratchpad_for(e.scratch_md);
   if (scratch.defined())
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch_md, eng, scratch.raw_data());
@@ -144,10 +137,20 @@ void finish_entry(Int8Entry& e, const PD& pd) {
   e.scratch_md = pd.scratchpad_desc();
 }
 
+// The output scales s (float32 [O]) as values, also appended to a primitive's key: oneDNN 2.6's
+// int8 convolutions take no run-time output scales, and its brgemm int8 matmul only fixed ones
+// (with run-time scales it falls back to gemm:jit, 3-4x slower), so the scales are fixed in each
+// primitive: one per layer.
+std::vector<float> fixed_scales(const Tensor& s, std::string& key) {
+  const Tensor sd = detail::dense(s, DType::Float32);
+  const auto* sp = static_cast<const float*>(sd.raw_data());
+  std::vector<float> scales(sp, sp + sd.numel());
+  key.append(reinterpret_cast<const char*>(scales.data()), scales.size() * sizeof(float));
+  return scales;
+}
+
 // --- quantized_conv2d -----------------------------------------------------------------------
 
-// oneDNN 2.6's int8 convolutions take no run-time output scales, so the scales are fixed in the
-// primitive and are part of its key: one primitive per layer.
 std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt src_dt, bool relu,
                                             const std::vector<float>& scales) {
   auto e = std::make_shared<Int8Entry>();
@@ -155,7 +158,6 @@ std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt sr
   e->src_md = dnnl::memory::desc({g.n, g.c, g.h, g.w}, src_dt, tag::nhwc);
   e->dst_md = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nhwc);
   e->bias_md = dnnl::memory::desc({g.o}, dt::s32, tag::x);
-  e->scale_md = dnnl::memory::desc({g.o}, dt::f32, tag::x);
   dnnl::memory::dims wdims =
       groups == 1 ? dnnl::memory::dims{g.o, g.c, g.kh, g.kw}
                   : dnnl::memory::dims{groups, g.o / groups, g.c / groups, g.kh, g.kw};
@@ -164,8 +166,7 @@ std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt sr
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, e->src_md, wany,
       e->bias_md, e->dst_md, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
-  dnnl::convolution_forward::primitive_desc pd(d, int8_attr(relu, &scales), dnnl_engine());
-  e->runtime_scales = false;
+  dnnl::convolution_forward::primitive_desc pd(d, int8_attr(relu, scales), dnnl_engine());
   e->primitive = dnnl::convolution_forward(pd);
   finish_entry(*e, pd);
   return e;
@@ -187,33 +188,29 @@ void quantized_conv2d_kernel(const Op& op, const std::vector<Tensor>& in,
     xd = empty(x.shape(), {x.dtype(), x.device(), false, MemoryFormat::kChannelsLast});
     copy_into(xd, x);
   }
-  const Tensor sd = detail::dense(in[3], DType::Float32);
-  const auto* sp = static_cast<const float*>(sd.raw_data());
-  const std::vector<float> scales(sp, sp + sd.numel());
   std::string key = "conv|" + g.key() + (src_dt == dt::u8 ? "|u8" : "|s8") +
                     (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads()) + "|";
-  key.append(reinterpret_cast<const char*>(scales.data()), scales.size() * sizeof(float));
+  const std::vector<float> scales = fixed_scales(in[3], key);
   const auto e =
       int8_cache().get_or_create(key, [&] { return conv_entry(g, src_dt, relu, scales); });
-  run_int8(*e, xd, in[1], in[2], in[3], y);
+  run_int8(*e, xd, in[1], in[2], y);
 }
 
 KILN_REGISTER_KERNEL("quantized_conv2d", DeviceType::CPU, quantized_conv2d_kernel);
 
 // --- quantized_linear -----------------------------------------------------------------------
 
-std::shared_ptr<const Int8Entry> linear_entry(int64_t m, int64_t k, int64_t n, dt src_dt,
-                                              bool relu) {
+std::shared_ptr<const Int8Entry> linear_entry(int64_t m, int64_t k, int64_t n, dt src_dt, bool relu,
+                                              const std::vector<float>& scales) {
   auto e = std::make_shared<Int8Entry>();
   e->src_md = dnnl::memory::desc({m, k}, src_dt, tag::ab);
   e->dst_md = dnnl::memory::desc({m, n}, dt::f32, tag::ab);
   e->bias_md = dnnl::memory::desc({1, n}, dt::s32, tag::ab);
-  e->scale_md = dnnl::memory::desc({n}, dt::f32, tag::x);
   // The weight [N, K] read as [K, N].
   e->wei_plain_md = dnnl::memory::desc({k, n}, dt::s8, tag::ba);
   const dnnl::memory::desc wany({k, n}, dt::s8, tag::any);
   const dnnl::matmul::desc d(e->src_md, wany, e->bias_md, e->dst_md);
-  dnnl::matmul::primitive_desc pd(d, int8_attr(relu), dnnl_engine());
+  dnnl::matmul::primitive_desc pd(d, int8_attr(relu, scales), dnnl_engine());
   e->primitive = dnnl::matmul(pd);
   finish_entry(*e, pd);
   return e;
@@ -240,12 +237,13 @@ void quantized_linear_kernel(const Op& op, const std::vector<Tensor>& in,
   }
   const dt src_dt = x.dtype() == DType::UInt8 ? dt::u8 : dt::s8;
   const Tensor xd = detail::dense(x, x.dtype());
-  const std::string key = "linear|" + std::to_string(m) + "," + std::to_string(k) + "," +
-                          std::to_string(n) + (src_dt == dt::u8 ? "|u8" : "|s8") +
-                          (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads());
+  std::string key = "linear|" + std::to_string(m) + "," + std::to_string(k) + "," +
+                    std::to_string(n) + (src_dt == dt::u8 ? "|u8" : "|s8") +
+                    (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads()) + "|";
+  const std::vector<float> scales = fixed_scales(in[3], key);
   const auto e =
-      int8_cache().get_or_create(key, [&] { return linear_entry(m, k, n, src_dt, relu); });
-  run_int8(*e, xd, in[1], in[2], in[3], y);
+      int8_cache().get_or_create(key, [&] { return linear_entry(m, k, n, src_dt, relu, scales); });
+  run_int8(*e, xd, in[1], in[2], y);
 }
 
 KILN_REGISTER_KERNEL("quantized_linear", DeviceType::CPU, quantized_linear_kernel);
