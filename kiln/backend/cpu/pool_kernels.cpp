@@ -323,11 +323,11 @@ void max_pool_channels_last(const PoolParams& p, const T* px, T* py, int64_t* pi
   using C = compute_t<T>;
   const int64_t rows = n * oh;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(ow * c, 1));
+  // One output row (all ow positions, all channels) is scanned into [ow, C] buffers, then
+  // written out channel by channel as contiguous runs of the NCHW outputs.
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<C> m(static_cast<size_t>(c));
-    std::vector<int64_t> best(static_cast<size_t>(c));
-    C* __restrict mp = m.data();
-    int64_t* __restrict bp = best.data();
+    std::vector<C> m(static_cast<size_t>(ow * c));
+    std::vector<int64_t> best(static_cast<size_t>(ow * c));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / oh, i = r % oh;
       int64_t h0 = i * p.stride.h - p.padding.h;
@@ -337,8 +337,14 @@ void max_pool_channels_last(const PoolParams& p, const T* px, T* py, int64_t* pi
         int64_t w0 = j * p.stride.w - p.padding.w;
         const int64_t w1 = std::min(w0 + (p.kernel.w - 1) * p.dilation.w + 1, w);
         while (w0 < 0) w0 += p.dilation.w;
-        std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
-        std::fill(best.begin(), best.end(), h0 * w + w0);
+        C* __restrict mp = m.data() + j * c;
+        int64_t* __restrict bp = best.data() + j * c;
+        const int64_t first = h0 * w + w0;
+#pragma omp simd
+        for (int64_t k = 0; k < c; ++k) {
+          mp[k] = -std::numeric_limits<C>::infinity();
+          bp[k] = first;
+        }
         for (int64_t ih = h0; ih < h1; ih += p.dilation.h)
           for (int64_t iw = w0; iw < w1; iw += p.dilation.w) {
             const T* src = px + ((b * h + ih) * w + iw) * c;
@@ -346,11 +352,14 @@ void max_pool_channels_last(const PoolParams& p, const T* px, T* py, int64_t* pi
 #pragma omp simd
             for (int64_t k = 0; k < c; ++k) scan_step(static_cast<C>(src[k]), offset, mp[k], bp[k]);
           }
-        // Output (b, k, i, j) of the NCHW outputs.
-        const int64_t o = (b * c * oh + i) * ow + j, plane = oh * ow;
-        for (int64_t k = 0; k < c; ++k) {
-          py[o + k * plane] = static_cast<T>(mp[k]);
-          pi[o + k * plane] = bp[k];
+      }
+      // Row i of plane (b, k) of the NCHW outputs.
+      for (int64_t k = 0; k < c; ++k) {
+        T* y = py + ((b * c + k) * oh + i) * ow;
+        int64_t* index = pi + ((b * c + k) * oh + i) * ow;
+        for (int64_t j = 0; j < ow; ++j) {
+          y[j] = static_cast<T>(m[static_cast<size_t>(j * c + k)]);
+          index[j] = best[static_cast<size_t>(j * c + k)];
         }
       }
     }
