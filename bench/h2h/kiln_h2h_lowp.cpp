@@ -1,5 +1,6 @@
 // kiln_h2h --group=lowp: reduced precision (issue 17). The matmul peaks of this machine in
-// float32 and bfloat16 (the largest GFLOP/s of kiln::matmul over square sizes), the 3x3
+// float32 and bfloat16 (the largest GFLOP/s of kiln::matmul over square sizes) and int8 (of
+// kiln::quantized_linear, GOP/s), the 3x3
 // convolution's three passes in bfloat16, and the ResNet-18 training step (CIFAR, batch 128,
 // Adam 1e-3) in float32 and under kiln::autocast(bfloat16). The info block names the ISA oneDNN
 // dispatches to, which decides whether bfloat16 is native (AVX512-BF16, AMX) or converted.
@@ -48,6 +49,25 @@ json run_lowp(const Options& o) {
       best = std::max(best, gemm_gflops(n, t.median));
     }
     info[dt == DType::Float32 ? "peak_f32_gflops" : "peak_bf16_gflops"] = best;
+  }
+  {
+    // The int8 peak (Note [int8 quantization]): uint8 activations times int8 weights, int32
+    // accumulation and bias, float32 output, as a quantized linear layer runs; [n, n] x [n, n]^T.
+    double best = 0.0;
+    for (int64_t n : {1024, 2048}) {
+      if (o.quick && n > 1024) continue;
+      Tensor a = kiln::quantize_per_tensor(kiln::rand({n, n}), 1.0 / 255.0, DType::UInt8);
+      Tensor b =
+          kiln::quantize_per_tensor(kiln::sub(kiln::rand({n, n}), 0.5), 0.5 / 127.0, DType::Int8);
+      Tensor bias = kiln::zeros({n}, {.dtype = DType::Int32});
+      Tensor scale = kiln::full({n}, 1e-4);
+      const Timing t = time_workload(
+          [&] { Tensor c = kiln::quantized_linear(a, b, bias, scale, false); }, dense);
+      results["lp_int8gemm_" + std::to_string(n)] = t.to_json();
+      best = std::max(best, gemm_gflops(n, t.median));
+    }
+    info["peak_int8_gops"] = best;
+    info["onednn_exact_int8"] = kiln::onednn_exact_int8();
   }
   log("gemm peaks done");
   {

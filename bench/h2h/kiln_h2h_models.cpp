@@ -165,6 +165,25 @@ json run_infer(const Options& o) {
   results["resnet18_infer_b64@compiled"] =
       time_workload([&] { Tensor y = compiled({x64})[0]; }, b64).to_json();
   log("compiled resnet18 inference done (" + std::to_string(compiled.stats().traces) + " trace)");
+  // bfloat16 (Note [low-precision conv epilogue]): the same frozen graph traced inside an
+  // autocast region, so its convolutions run oneDNN's bfloat16 kernels with the batch norms folded
+  // and the activations stay bfloat16; the logits come back float32.
+  kiln::graph::FunctionOptions bf16_options;
+  bf16_options.name = "resnet18_bf16";
+  bf16_options.passes.freeze = true;
+  kiln::graph::Function bf16 = kiln::graph::function(
+      [&model](const std::vector<Tensor>& in) {
+        kiln::AutocastGuard region(kiln::DType::BFloat16);
+        return std::vector<Tensor>{(*model)(in[0]).to(kiln::DType::Float32)};
+      },
+      {batch_spec(x64.shape())}, bf16_options);
+  const double bf16_rel = max_rel_err(bf16({x64})[0], want);
+  log("bf16 resnet18 logits vs PyTorch float32: " + std::to_string(bf16_rel));
+  results["resnet18_infer_b1@bf16"] =
+      time_workload([&] { Tensor y = bf16({x1})[0]; }, b1).to_json();
+  results["resnet18_infer_b64@bf16"] =
+      time_workload([&] { Tensor y = bf16({x64})[0]; }, b64).to_json();
+  log("bf16 resnet18 inference done");
   // int8 (Note [quantized layers]): calibrated on the first 32 images, as `kiln quantize` would
   // on training data; the logits' distance from float32 is reported beside the timings.
   const double int8_rel = quantize_for_inference(*model, x64.narrow(0, 0, 32), want, x64);
@@ -175,6 +194,8 @@ json run_infer(const Options& o) {
   log("int8 resnet18 inference done");
   json info = {{"logits_max_rel_err", rel},
                {"int8_logits_max_rel_err", int8_rel},
+               {"bf16_logits_max_rel_err", bf16_rel},
+               {"native_bf16", kiln::has_native_low_precision(kiln::DType::BFloat16)},
                {"onednn_isa", kiln::onednn_cpu_isa()},
                {"logits_max_abs_err", max_diff},
                {"compiled_logits_max_rel_err", compiled_rel},
@@ -278,9 +299,11 @@ json run_cnn(const Options& o) {
   const Tensor images = ds->data();  // float32 [60000, 1, 28, 28] in [0, 1]
   const Tensor labels = ds->target();
   json results = json::object(), info = json::object();
-  // Eager, then compiled (Note [compiled training step]) on a fresh model and optimizer.
-  for (const bool compile : {false, true}) {
-    const std::string key = compile ? "cnn_epoch@compiled" : "cnn_epoch";
+  // Eager, then compiled (Note [compiled training step]), then eager under bfloat16 autocast (as
+  // `kiln train --precision bf16` runs), each on a fresh model and optimizer.
+  for (const std::string mode : {"eager", "compiled", "bf16"}) {
+    const bool compile = mode == "compiled";
+    const std::string key = mode == "eager" ? "cnn_epoch" : "cnn_epoch@" + mode;
     auto model = kiln::nn::small_cnn(1, 10, 28);
     model->train();
     kiln::optim::Adam opt(model->parameters(), {.lr = 1e-3});
@@ -290,13 +313,18 @@ json run_cnn(const Options& o) {
     const CnnResult r = cnn_epochs(o, images, labels, [&](const Tensor& xb, const Tensor& yb) {
       if (compiled) return (*compiled)(xb, yb).loss.item();
       opt.zero_grad();
-      Tensor loss = ce((*model)(xb), yb);
+      Tensor loss;
+      {
+        std::optional<kiln::AutocastGuard> region;
+        if (mode == "bf16") region.emplace(kiln::DType::BFloat16);
+        loss = ce((*model)(xb), yb);
+      }
       loss.backward();
       opt.step();
       return loss.item();
     });
     results[key] = r.timing;
-    info[compile ? "mean_loss_compiled" : "mean_loss_last_epoch_or_steps"] = r.mean_loss;
+    info[mode == "eager" ? "mean_loss_last_epoch_or_steps" : "mean_loss_" + mode] = r.mean_loss;
     log(key + " done");
   }
   return {{"results", results}, {"info", info}};

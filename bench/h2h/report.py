@@ -22,13 +22,13 @@ import sys
 SIDES = ("kiln", "torch", "ort", "onednn")
 SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN",
               "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch",
-              "kiln8": "kiln int8"}
+              "kiln8": "kiln int8", "kilnbf": "kiln bf16"}
 GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn", "lowp")
 # Which processes run which groups (run.sh).
 SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn", "lowp"),
                "ort": ("infer", "compile"), "libtorch": ("micro", "infer", "train")}
 # A result key "name@suffix" is the workload `name` on another side of the same process.
-SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts", "int8": "kiln8"}
+SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts", "int8": "kiln8", "bf16": "kilnbf"}
 BATCHES = (1, 8, 32, 64, 128)
 LOGITS_TOLERANCE = 1e-4
 
@@ -78,13 +78,13 @@ ROWS = [
     ("resnet18_train_step", "ResNet-18 train step b128 Adam", "img/s", "rate", 128,
      TRAIN * R18 * 128, ("kiln", "torch")),
     ("resnet18_infer_b1", "ResNet-18 inference b1 latency", "ms", "time", 1e-3, R18,
-     ("kiln", "torch", "ort", "kiln8")),
+     ("kiln", "torch", "ort", "kiln8", "kilnbf")),
     ("resnet18_infer_b64", "ResNet-18 inference b64", "img/s", "rate", 64, R18 * 64,
-     ("kiln", "torch", "ort", "kiln8")),
+     ("kiln", "torch", "ort", "kiln8", "kilnbf")),
     ("mlp_step", "MLP 784-256-10 SGD step b64", "ms", "time", 1e-3, TRAIN * MLP * 64,
      ("kiln", "torch")),
     ("cnn_epoch", "small CNN Fashion-MNIST epoch", "s", "time", 1.0,
-     TRAIN * small_cnn_forward_flops() * 60000, ("kiln", "torch")),
+     TRAIN * small_cnn_forward_flops() * 60000, ("kiln", "torch", "kilnbf")),
     ("resnet18_train_rss", "ResNet-18 train peak RSS", "MiB", "mib", 1.0, None,
      ("kiln", "torch")),
 ]
@@ -115,6 +115,8 @@ LOWP_ROWS = [
     ("lp_sgemm_1024", "matmul 1024 float32", "ms", "time", 1e-3, 2 * 1024 ** 3, ("kiln", "torch")),
     ("lp_bf16gemm_1024", "matmul 1024 bfloat16", "ms", "time", 1e-3, 2 * 1024 ** 3,
      ("kiln", "torch")),
+    ("lp_int8gemm_1024", "matmul 1024 int8 (u8 x s8, GOP/s)", "ms", "time", 1e-3, 2 * 1024 ** 3,
+     ("kiln",)),
     ("lp_conv_fwd_f32", "conv3x3 forward float32", "ms", "time", 1e-3, CONV, ("kiln",)),
     ("lp_conv_fwd_bf16", "conv3x3 forward bfloat16", "ms", "time", 1e-3, CONV, ("kiln", "torch")),
     ("lp_conv_bwd_data_f32", "conv3x3 backward-data float32", "ms", "time", 1e-3, CONV,
@@ -138,12 +140,16 @@ LOWP_TARGETS = {
 TARGETS = {
     "resnet18_train_step": [(">= 1.2x PyTorch img/s", lambda f: f["torch"] / f["kiln"] >= 1.2)],
     "resnet18_infer_b64": [(">= 0.9x ONNX RT", lambda f: f["ort"] / f["kiln"] >= 0.9),
-                           (">= 1.2x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.2)],
+                           (">= 1.2x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.2),
+                           # Issue 17: bfloat16 (compiled, autocast) against ONNX RT's float32.
+                           ("bf16 >= 4x ONNX RT", lambda f: f["ort"] / f["kilnbf"] >= 4.0)],
     "resnet18_infer_b1": [("latency <= 1.2x ONNX RT", lambda f: f["kiln"] <= 1.2 * f["ort"]),
                           # Issue 17: int8 (kiln quantize) against ONNX RT's float32.
                           ("int8 latency <= 0.4x ONNX RT", lambda f: f["kiln8"] <= 0.4 * f["ort"])],
     "mlp_step": [(">= 1.5x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.5)],
-    "cnn_epoch": [(">= 1.3x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.3)],
+    "cnn_epoch": [(">= 1.3x PyTorch", lambda f: f["torch"] / f["kiln"] >= 1.3),
+                  # Issue 17: the bfloat16 epoch against kiln's own float32 one.
+                  ("bf16 <= 0.5x kiln float32", lambda f: f["kilnbf"] <= 0.5 * f["kiln"])],
     "resnet18_train_rss": [("<= PyTorch", lambda f: f["kiln"] <= f["torch"])],
 }
 
@@ -500,13 +506,15 @@ def main():
     kinfo = info.get("kiln", {})
     bf16_peak = kinfo.get("peak_bf16_gflops")
     if any(r["figures"] for r in lowp_rows):
-        for r in lowp_rows:  # shares of the bfloat16 peak instead of the sgemm one
-            r["peak_fraction"] = {s: g / bf16_peak for s, g in r["gflops"].items()} \
-                if bf16_peak else {}
+        int8_peak = kinfo.get("peak_int8_gops")
+        for r in lowp_rows:  # shares of the bfloat16 (int8) peak instead of the sgemm one
+            p = int8_peak if "int8" in r["key"] else bf16_peak
+            r["peak_fraction"] = {s: g / p for s, g in r["gflops"].items()} if p else {}
         print(f"reduced precision: oneDNN ISA {kinfo.get('onednn_isa', '?')} (native bfloat16: "
               f"{kinfo.get('native_bf16', '?')}); matmul peaks measured here: float32 "
-              f"{fmt(kinfo.get('peak_f32_gflops'))}, bfloat16 {fmt(bf16_peak)} GFLOP/s; GFLOP/s "
-              f"cells show the % of the bfloat16 peak")
+              f"{fmt(kinfo.get('peak_f32_gflops'))}, bfloat16 {fmt(bf16_peak)} GFLOP/s, int8 "
+              f"{fmt(int8_peak)} GOP/s; GFLOP/s cells show the % of the bfloat16 peak (int8 "
+              f"rows: of the int8 peak)")
         print(render(lowp_rows, bf16_peak, "kiln", False))
         f32 = figures.get("lp_resnet18_train_step_f32", {}).get("kiln")
         b16 = figures.get("lp_resnet18_train_step_bf16", {}).get("kiln")
@@ -531,6 +539,32 @@ def main():
                   f"float32's {64 / int8_b64['ort']['median']:.0f} img/s; int8 logits vs "
                   f"float32: max |diff| / max |ref| = "
                   f"{kinfo.get('int8_logits_max_rel_err', float('nan')):.3f}")
+        print()
+    bf_b1 = figures.get("resnet18_infer_b1", {})
+    bf_b64 = figures.get("resnet18_infer_b64", {})
+    if "kilnbf" in bf_b64 and "ort" in bf_b64:
+        # Issue 17: bfloat16 (a frozen graph traced under autocast) against ONNX RT's float32.
+        ratio = bf_b64["ort"]["median"] / bf_b64["kilnbf"]["median"]
+        gf = R18 * 64 / bf_b64["kilnbf"]["median"] / 1e9
+        share = f", {100 * gf / bf16_peak:.0f}% of the bfloat16 peak" if bf16_peak else ""
+        print(f"bfloat16 inference (compiled under autocast; native bfloat16: "
+              f"{kinfo.get('native_bf16', '?')}, oneDNN ISA {kinfo.get('onednn_isa', '?')}): "
+              f"ResNet-18 b64 {64 / bf_b64['kilnbf']['median']:.0f} img/s ({gf:.0f} GFLOP/s"
+              f"{share}), {ratio:.2f}x ONNX RT float32's {64 / bf_b64['ort']['median']:.0f} "
+              f"img/s (target >= 4x: {'met' if ratio >= 4 else 'not met'})"
+              + (f"; kiln compiled float32 {64 / bf_b64['kilnc']['median']:.0f} img/s"
+                 if "kilnc" in bf_b64 else ""))
+        if "kilnbf" in bf_b1:
+            print(f"  b1 {bf_b1['kilnbf']['median'] * 1e3:.2f} ms; bf16 logits vs float32: "
+                  f"max |diff| / max |ref| = "
+                  f"{kinfo.get('bf16_logits_max_rel_err', float('nan')):.3f}")
+        print()
+    cnn = figures.get("cnn_epoch", {})
+    if "kilnbf" in cnn and "kiln" in cnn:
+        r = cnn["kilnbf"]["median"] / cnn["kiln"]["median"]
+        print(f"small CNN epoch under bfloat16 autocast: {cnn['kilnbf']['median']:.1f} s, "
+              f"{r:.2f}x kiln float32's {cnn['kiln']['median']:.1f} s (target <= 0.5x: "
+              f"{'met' if r <= 0.5 else 'not met'})")
         print()
     print("kiln vs X: X's time / kiln's time (> 1: kiln faster; rates likewise); for peak RSS, "
           "kiln's MiB / PyTorch's (< 1: kiln smaller).")

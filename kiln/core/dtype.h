@@ -22,6 +22,10 @@ const char* dtype_name(DType dt);
 // The dtype dtype_name() calls `name` ("float32"); nullopt for any other text.
 std::optional<DType> dtype_from_name(std::string_view name);
 bool is_floating(DType dt);
+// The 16-bit floats (bfloat16, float16): reduced precision, computed with float32 accumulation.
+inline bool is_low_precision(DType dt) {
+  return dt == DType::BFloat16 || dt == DType::Float16;
+}
 bool is_integral(DType dt, bool include_bool = false);
 // PyTorch's promotion of two dtypes of the same priority (see ops/type_promotion.h for the full
 // rule with zero-dim tensors and wrapped scalars). kiln has no int16, so uint8 + int8 gives int32

@@ -9,6 +9,7 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/storage.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/conv_bn_fold.h"
@@ -41,10 +42,18 @@ struct Stamp {
 };
 
 // batch_norm's evaluation formula on [C] vectors, with the conv bias folded in (Note [conv-bn
-// fold] in ops/conv_bn_fold.h); the running statistics in the input's dtype.
+// fold] in ops/conv_bn_fold.h), in dtype dt: the input's, or float32 for a 16-bit input (Note
+// [low-precision conv epilogue]), the parameters converted to it where they differ.
 std::pair<Tensor, Tensor> fold(const Conv2d& conv, const BatchNorm& bn, DType dt) {
-  return conv_bn_fold(to_dtype(bn.running_mean, dt), to_dtype(bn.running_var, dt), bn.weight,
-                      bn.bias, conv.bias, bn.options.eps);
+  const auto as = [dt](const Tensor& t) {
+    return t.defined() && t.dtype() != dt && is_low_precision(t.dtype()) ? to_dtype(t, dt) : t;
+  };
+  return conv_bn_fold(to_dtype(bn.running_mean, dt), to_dtype(bn.running_var, dt), as(bn.weight),
+                      as(bn.bias), as(conv.bias), bn.options.eps);
+}
+
+DType fold_dtype(const Tensor& input) {
+  return is_low_precision(input.dtype()) || autocast_dtype() ? DType::Float32 : input.dtype();
 }
 
 // Note [conv-bn fold cache]: the folded scale and shift depend only on the batch norm's
@@ -151,8 +160,8 @@ Tensor conv_bn(Conv2d& conv, BatchNorm& bn, const Tensor& input, const Tensor& r
     if (residual.defined()) y = add(y, residual);
     return relu_after ? relu(y) : y;
   }
-  auto [scale, shift] = may_cache(conv, bn) ? fold_cache().get(conv, bn, input.dtype())
-                                            : fold(conv, bn, input.dtype());
+  const DType dt = fold_dtype(input);
+  auto [scale, shift] = may_cache(conv, bn) ? fold_cache().get(conv, bn, dt) : fold(conv, bn, dt);
   return conv2d_affine(input, conv.weight, scale, shift, residual, relu_after, conv.options);
 }
 

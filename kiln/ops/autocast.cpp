@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -96,9 +97,41 @@ void set_native_low_precision_query(bool (*query)(DType)) {
 }
 
 namespace {
-std::optional<std::vector<Tensor>> cast_for_policy(AutocastRegion& region, AutocastPolicy policy,
+// An op's policy and, under kLowPrecision, which inputs go to float32 instead (bit i: input i).
+struct PolicyInfo {
+  AutocastPolicy policy = AutocastPolicy::kKeep;
+  uint64_t float32_inputs = 0;
+};
+
+PolicyInfo policy_info(const OpDefinition& def) {
+  PolicyInfo info{def.schema.autocast, 0};
+  for (const std::string& name : def.schema.float32_inputs)
+    for (size_t i = 0; i < def.schema.inputs.size() && i < 64; ++i) {
+      std::string_view declared = def.schema.inputs[i];
+      if (declared.ends_with('?')) declared.remove_suffix(1);
+      if (declared == name) info.float32_inputs |= uint64_t{1} << i;
+    }
+  return info;
+}
+
+// policy_info of op's definition; every dispatch in a region asks, and the registry is a map
+// keyed by std::string, so answers are kept per name pointer (names are static strings; the text
+// is compared too, in case one is not).
+PolicyInfo policy_info(const Op& op) {
+  thread_local std::unordered_map<const char*, std::pair<std::string, PolicyInfo>> known;
+  const char* name = op.name();
+  auto it = known.find(name);
+  if (it != known.end() && it->second.first == name) return it->second.second;
+  const OpDefinition* def = find_op_definition(name);
+  const PolicyInfo info = def ? policy_info(*def) : PolicyInfo{};
+  known[name] = {name, info};
+  return info;
+}
+
+std::optional<std::vector<Tensor>> cast_for_policy(AutocastRegion& region, PolicyInfo info,
                                                    const std::vector<Tensor>& inputs,
                                                    const Loc& loc) {
+  const AutocastPolicy policy = info.policy;
   DType target;
   switch (policy) {
     case AutocastPolicy::kLowPrecision:
@@ -118,9 +151,13 @@ std::optional<std::vector<Tensor>> cast_for_policy(AutocastRegion& region, Autoc
   }
   std::optional<std::vector<Tensor>> out;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!eligible(inputs[i]) || inputs[i].dtype() == target) continue;
+    const DType to =
+        policy == AutocastPolicy::kLowPrecision && i < 64 && (info.float32_inputs >> i & 1) != 0
+            ? DType::Float32
+            : target;
+    if (!eligible(inputs[i]) || inputs[i].dtype() == to) continue;
     if (!out) out = inputs;
-    (*out)[i] = cast(region, inputs[i], target, loc);
+    (*out)[i] = cast(region, inputs[i], to, loc);
   }
   return out;
 }
@@ -129,7 +166,7 @@ std::optional<std::vector<Tensor>> cast_for_policy(AutocastRegion& region, Autoc
 std::optional<std::vector<Tensor>> autocast_inputs(AutocastRegion& region, const Op& op,
                                                    const std::vector<Tensor>& inputs,
                                                    const Loc& loc) {
-  return cast_for_policy(region, autocast_policy(op), inputs, loc);
+  return cast_for_policy(region, policy_info(op), inputs, loc);
 }
 
 std::vector<Tensor> autocast_inputs_for(const char* op_name, const std::vector<Tensor>& inputs,
@@ -138,7 +175,7 @@ std::vector<Tensor> autocast_inputs_for(const char* op_name, const std::vector<T
   const OpDefinition* def = find_op_definition(op_name);
   if (region == nullptr || dispatch_tls.composite || def == nullptr) return inputs;
   std::optional<std::vector<Tensor>> cast =
-      cast_for_policy(*region, def->schema.autocast, inputs, loc);
+      cast_for_policy(*region, policy_info(*def), inputs, loc);
   return cast ? *cast : inputs;
 }
 
@@ -170,17 +207,7 @@ const char* autocast_policy_name(AutocastPolicy policy) {
 }
 
 AutocastPolicy autocast_policy(const Op& op) {
-  // Every dispatch in a region asks; the registry is a map keyed by std::string, so answers are
-  // kept per name pointer (names are static strings; the text is compared too, in case one is
-  // not).
-  thread_local std::unordered_map<const char*, std::pair<std::string, AutocastPolicy>> known;
-  const char* name = op.name();
-  auto it = known.find(name);
-  if (it != known.end() && it->second.first == name) return it->second.second;
-  const OpDefinition* def = find_op_definition(name);
-  const AutocastPolicy policy = def ? def->schema.autocast : AutocastPolicy::kKeep;
-  known[name] = {name, policy};
-  return policy;
+  return detail::policy_info(op).policy;
 }
 
 bool has_native_low_precision(DType dtype) {

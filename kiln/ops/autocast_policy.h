@@ -8,7 +8,10 @@ namespace kiln {
 // float32 and 16-bit floating inputs are ever cast (float64 is left alone, as in PyTorch), and a
 // cast is the public to_dtype op, so the tape differentiates through it and a tracer records it.
 //   kLowPrecision  the compute-bound ops (matmul, linear, convolution): floating inputs are cast
-//                  to the region's dtype; the kernel accumulates in float32
+//                  to the region's dtype; the kernel accumulates in float32. An op may name
+//                  inputs that go to float32 instead (OpSchema::float32_inputs): conv2d_affine's
+//                  folded batch-norm scale and shift, which are statistics, not operands of the
+//                  product (Note [low-precision conv epilogue])
 //   kFloat32       ops whose result 16 bits would spoil (reductions, softmax and log_softmax,
 //                  losses, normalizations' statistics, exp/log/pow/rsqrt): 16-bit inputs are cast
 //                  up to float32

@@ -1,6 +1,16 @@
 // conv2d_affine: a convolution with its inference epilogue fused (Note [conv epilogue]), the
 // shape of conv -> batch_norm (evaluation) -> (+ residual) -> relu in ResNet-style blocks. Its
 // kernel is in kiln/backend/onednn/conv_ops.cpp (Note [kernel table]).
+//
+// Note [low-precision conv epilogue]: with bfloat16 (or float16) input and weight, the scale and
+// shift stay float32 (they are a batch norm's statistics folded: OpSchema::float32_inputs keeps
+// them float32 under autocast too), the residual has the input's dtype, and so has the output.
+// The epilogue is computed in float32 on the convolution's bfloat16-rounded result and rounded
+// once at the end (composed() spells it out), so a ResNet block's activations stay 16-bit from
+// one convolution to the next instead of going through float32 batch norms and casts. The fused
+// kernel folds the scale into the 16-bit weights (rounding them once more) and adds the shift,
+// the residual and the relu before its single rounding: it equals the composition within the
+// 16-bit tolerance, not bit for bit.
 #include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
@@ -38,11 +48,14 @@ class Conv2dAffineOp final : public Op {
       fail(name(), loc, "expected input of rank 4 (N,C,H,W), but got {}", x.describe());
     const ConvGeometry g =
         detail::checked_conv2d_geometry(name(), x, in[1], Tensor(), a_.options, loc);
+    // Note [low-precision conv epilogue]: a 16-bit convolution's scale and shift are float32.
+    const DType affine_dt = is_low_precision(x.dtype()) ? DType::Float32 : x.dtype();
     for (size_t i = 2; i < 4; ++i)
-      if (in[i].shape() != Shape{g.o} || in[i].dtype() != x.dtype())
-        fail(name(), loc, "expected {} of shape [{}] and dtype {} (weight {}), but got {}",
-             i == 2 ? "scale" : "shift", g.o, dtype_name(x.dtype()), short_desc(in[1]),
-             in[i].describe());
+      if (in[i].shape() != Shape{g.o} || in[i].dtype() != affine_dt)
+        fail(name(), loc,
+             "expected {} of shape [{}] and dtype {} (input {}, weight {}), but got {}",
+             i == 2 ? "scale" : "shift", g.o, dtype_name(affine_dt), short_desc(x),
+             short_desc(in[1]), in[i].describe());
     const Shape out{g.n, g.o, g.oh, g.ow};
     if (in.size() > 4 && (in[4].shape() != out || in[4].dtype() != x.dtype()))
       fail(name(), loc, "expected residual of shape {} and dtype {} (the output's), but got {}",
@@ -64,18 +77,25 @@ class Conv2dAffineOp final : public Op {
   detail::Conv2dAffineAttrs a_;
 };
 
-// The definition, in public ops: differentiable, and what the fused op must equal.
+// The definition, in public ops: differentiable, and what the fused op must equal. With 16-bit
+// input, the epilogue runs in float32 and the result is rounded once (Note [low-precision conv
+// epilogue]).
 Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& shift,
                 const Tensor& residual, bool relu_after, const Conv2dOptions& o, const Loc& loc) {
-  Tensor y = channel_affine(conv2d(x, weight, Tensor(), o, loc), scale, shift, loc);
-  if (residual.defined()) y = add(y, residual, loc);
-  return relu_after ? relu(y, loc) : y;
+  const bool low = is_low_precision(x.dtype());
+  Tensor y = conv2d(x, weight, Tensor(), o, loc);
+  if (low) y = to_dtype(y, DType::Float32, loc);
+  y = channel_affine(y, scale, shift, loc);
+  if (residual.defined()) y = add(y, low ? to_dtype(residual, DType::Float32, loc) : residual, loc);
+  if (relu_after) y = relu(y, loc);
+  return low ? to_dtype(y, x.dtype(), loc) : y;
 }
 
 KILN_REGISTER_OP("conv2d_affine",
                  (OpSchema{{"input", "weight", "scale", "shift", "residual?"},
                            {"output"},
-                           AutocastPolicy::kLowPrecision}),
+                           AutocastPolicy::kLowPrecision,
+                           {"scale", "shift"}}),
                  [](const Attrs& a) -> OpPtr {
                    return std::make_shared<const Conv2dAffineOp>(
                        detail::conv_options_from_attrs(a),
@@ -100,12 +120,12 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
   // the fused op's checks and errors
   Conv2dAffineOp(options, policy.purpose, relu_after).infer(in, loc);
   // Note [conv2d_affine emits]: the fused op only where oneDNN fuses the epilogue into the
-  // kernel; elsewhere (a gradient being recorded, dtypes other than float32) the composition is
-  // as fast and exact. The choice reads only dtypes, layouts and the geometry, so meta inputs
-  // emit what real ones would: a trace records the ops eager runs. The grad-mode test here (in
-  // resolve_conv_policy) chooses which ops are emitted, each with a fixed meaning (the fused op is
-  // not differentiable, the composition is), never what an emitted op computes, so a recorded op
-  // stream replays the same in every mode.
+  // kernel; elsewhere (a gradient being recorded, float16, bfloat16 without native kernels) the
+  // composition is as fast and exact. The choice reads only dtypes, layouts and the geometry, so
+  // meta inputs emit what real ones would: a trace records the ops eager runs. The grad-mode test
+  // here (in resolve_conv_policy) chooses which ops are emitted, each with a fixed meaning (the
+  // fused op is not differentiable, the composition is), never what an emitted op computes, so a
+  // recorded op stream replays the same in every mode.
   bool fuses = false;
   if (policy.inference()) {
     const ConvGeometry g = *detail::conv_geometry(input.shape(), weight.shape(), options);

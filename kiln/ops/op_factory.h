@@ -60,6 +60,9 @@ struct OpSchema {
   std::vector<std::string> outputs;
   // How the op runs inside an autocast region (Note [autocast policy]); every op declares one.
   AutocastPolicy autocast = AutocastPolicy::kUndeclared;
+  // Under kLowPrecision, the inputs named here are cast to float32 instead of the region's dtype
+  // (a fused normalization's per-channel scale and shift: Note [autocast policy]).
+  std::vector<std::string> float32_inputs = {};
   // Whether n inputs (outputs) fit the schema.
   bool accepts_inputs(size_t n) const;
   bool accepts_outputs(size_t n) const;

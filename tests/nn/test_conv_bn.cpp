@@ -236,5 +236,64 @@ TEST(ConvBn, ModelsAgreeWithAndWithoutTheFusedPath) {
   }
 }
 
+// Note [low-precision conv epilogue]: in evaluation under bfloat16 autocast (and for a model
+// converted to bfloat16), the fold is float32 and a block's activations stay bfloat16 from one
+// convolution to the next: no channel_affine, no cast of an activation between the two.
+TEST(ConvBn, Bfloat16EvaluationKeepsTheActivationsInBfloat16) {
+  manual_seed(38);
+  Conv2d conv1(8, 16, 3, {.padding = 1}), conv2(16, 16, 3, {.padding = 1});
+  BatchNorm2d bn1(16), bn2(16);
+  for (BatchNorm* bn : {&bn1, &bn2}) randomize(*bn);
+  for (Module* m : std::initializer_list<Module*>{&conv1, &conv2, &bn1, &bn2}) m->eval();
+  auto block = [&](const Tensor& x) {
+    Tensor y = conv_bn(conv1, bn1, x, Tensor(), true);
+    return conv_bn(conv2, bn2, y, y, true);
+  };
+  Tensor x = randn({2, 8, 6, 6});
+  NoGradGuard no_grad;
+  const Tensor want = unfused(conv2, bn2, relu(bn1(conv1(x))), relu(bn1(conv1(x))), true);
+  const double scale = max(abs(want)).item();
+  auto close = [&](const Tensor& got) {
+    ASSERT_EQ(got.dtype(), DType::BFloat16);
+    const double err = max(abs(sub(got.to(DType::Float32), want))).item();
+    EXPECT_LE(err, 3e-2 * scale);
+  };
+  std::vector<test::RecordedCall> calls;
+  Tensor got;
+  {
+    AutocastGuard region(DType::BFloat16, {.force = true});
+    test::RecordOps record;
+    got = block(x);
+    calls = record.calls();
+  }
+  close(got);
+  int fold = 0, affine = 0, activation_casts = 0;
+  for (const test::RecordedCall& call : calls) {
+    const std::string name = call.op->name();
+    if (name == "conv_bn_fold") {
+      ++fold;
+      for (const Tensor& t : call.inputs) {
+        if (t.defined()) {
+          EXPECT_EQ(t.dtype(), DType::Float32);
+        }
+      }
+    }
+    affine += name == "channel_affine";
+    // The input's one cast to bfloat16 and the weights'; nothing 4-D with 16 channels.
+    if (name == "to_dtype" && call.inputs[0].dim() == 4 && call.inputs[0].size(1) == 16 &&
+        call.inputs[0].size(0) == 2)
+      ++activation_casts;
+  }
+  EXPECT_EQ(fold, 2);
+  EXPECT_EQ(affine, has_native_low_precision(DType::BFloat16) ? 0 : 2);
+  if (has_native_low_precision(DType::BFloat16)) {
+    EXPECT_EQ(activation_casts, 0);
+  }
+  // The modules themselves in bfloat16 (no autocast): the fold runs in float32 all the same.
+  for (Module* m : std::initializer_list<Module*>{&conv1, &conv2, &bn1, &bn2})
+    m->to(DType::BFloat16);
+  close(block(x.to(DType::BFloat16)));
+}
+
 }  // namespace
 }  // namespace kiln::nn

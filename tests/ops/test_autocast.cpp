@@ -108,9 +108,22 @@ TEST(Autocast, EverySampleRunsInTheDtypesItsPolicySays) {
             floating.insert(t.dtype());
         const std::string where = sample.label + ": " + call.op->name();
         if (policy == AutocastPolicy::kLowPrecision) {
-          for (DType dt : floating)
-            if (dt != DType::BFloat16 && dt != DType::Float64)
-              failures.insert(where + " ran a " + dtype_name(dt) + " input");
+          // OpSchema::float32_inputs go to float32 instead; the others to bfloat16.
+          const OpSchema& schema = find_op_definition(call.op->name())->schema;
+          for (size_t i = 0; i < call.inputs.size(); ++i) {
+            const Tensor& t = call.inputs[i];
+            if (!t.defined() || !is_floating(t.dtype()) || t.impl()->is_wrapped_number_ ||
+                t.dtype() == DType::Float64)
+              continue;
+            std::string declared = i < schema.inputs.size() ? schema.inputs[i] : "";
+            if (declared.ends_with('?')) declared.pop_back();
+            const bool f32 = std::find(schema.float32_inputs.begin(), schema.float32_inputs.end(),
+                                       declared) != schema.float32_inputs.end();
+            const DType want = f32 ? DType::Float32 : DType::BFloat16;
+            if (t.dtype() != want)
+              failures.insert(where + " ran " + dtype_name(t.dtype()) + " input '" + declared +
+                              "'");
+          }
           checked_low.insert(call.op->name());
         } else if (policy == AutocastPolicy::kFloat32) {
           if (floating.count(DType::BFloat16) || floating.count(DType::Float16))
@@ -124,6 +137,11 @@ TEST(Autocast, EverySampleRunsInTheDtypesItsPolicySays) {
   EXPECT_TRUE(failures.empty()) << ::testing::PrintToString(failures);
   for (const char* name : {"bmm", "conv2d", "linear", "matmul"})
     EXPECT_TRUE(checked_low.count(name)) << name << " was never seen running in bfloat16";
+  // The fused epilogue is emitted where oneDNN has native bfloat16 kernels (Note [low-precision
+  // conv epilogue]); elsewhere conv2d_affine records its composition.
+  if (has_native_low_precision(DType::BFloat16)) {
+    EXPECT_TRUE(checked_low.count("conv2d_affine")) << "conv2d_affine never ran in bfloat16";
+  }
 }
 
 TEST(Autocast, LinearRunsInBfloat16AndItsGradientsReachFloat32Parameters) {

@@ -2,8 +2,12 @@
 // path, and bad inputs. PyTorch parity runs from the op's registry samples.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
 #include "kiln/autograd/engine.h"
 #include "kiln/core/grad_mode.h"
+
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/factories.h"
@@ -126,18 +130,84 @@ TEST(Conv2dAffine, FoldedWeightsFollowScaleAndWeightChanges) {
   }
 }
 
-TEST(Conv2dAffine, OtherDtypesRunTheComposition) {
-  for (DType dt : {DType::Float64, DType::BFloat16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    manual_seed(22);
-    Tensor x = randn({2, 4, 6, 6}, {dt}), w = randn({6, 4, 3, 3}, {dt});
-    Tensor scale = randn({6}, {dt}), shift = randn({6}, {dt}), residual = randn({2, 6, 6, 6}, {dt});
-    NoGradGuard no_grad;
-    const Conv2dOptions o{.padding = 1};
-    Tensor got = conv2d_affine(x, w, scale, shift, residual, true, o);
-    EXPECT_EQ(got.dtype(), dt);
-    expect_allclose(got, composed(x, w, scale, shift, residual, true, o), 0.0);
+TEST(Conv2dAffine, Float64RunsTheComposition) {
+  const DType dt = DType::Float64;
+  manual_seed(22);
+  Tensor x = randn({2, 4, 6, 6}, {dt}), w = randn({6, 4, 3, 3}, {dt});
+  Tensor scale = randn({6}, {dt}), shift = randn({6}, {dt}), residual = randn({2, 6, 6, 6}, {dt});
+  NoGradGuard no_grad;
+  const Conv2dOptions o{.padding = 1};
+  Tensor got = conv2d_affine(x, w, scale, shift, residual, true, o);
+  EXPECT_EQ(got.dtype(), dt);
+  expect_allclose(got, composed(x, w, scale, shift, residual, true, o), 0.0);
+}
+
+// Note [low-precision conv epilogue]: 16-bit input, weight and residual with float32 scale and
+// shift; the output has the input's dtype. The composition (what a gradient-recording call runs)
+// is the 16-bit convolution, the epilogue in float32 and one rounding; the fused kernel (bfloat16
+// where oneDNN has native kernels) folds the scale into the weights, so it agrees within the
+// 16-bit tolerance.
+TEST(Conv2dAffine, SixteenBitInputsKeepTheEpilogueInFloat32) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    for (int64_t n : {1, 4}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " batch " + std::to_string(n));
+      manual_seed(26);
+      Tensor x = randn({n, 16, 8, 8}).to(dt), w = mul(randn({32, 16, 3, 3}), 0.1).to(dt);
+      Tensor scale = add(rand({32}), 0.5), shift = randn({32});
+      Tensor residual = randn({n, 32, 8, 8}).to(dt);
+      const Conv2dOptions o{.padding = 1};
+      const Tensor f32 = x.to(DType::Float32);
+      // A gradient being recorded runs the composition: equal to the definition, spelled out
+      // here (with the same convolution policy), bit for bit.
+      Tensor wg = w.detach();
+      wg.set_requires_grad(true);
+      Tensor y = to_dtype(conv2d(x, wg, Tensor(), o), DType::Float32);
+      y = relu(add(channel_affine(y, scale, shift), residual.to(DType::Float32)));
+      const Tensor spelled = y.to(dt).detach();
+      Tensor recorded = conv2d_affine(x, wg, scale, shift, residual, true, o);
+      ASSERT_EQ(recorded.dtype(), dt);
+      test::expect_bit_identical(recorded.detach(), spelled);
+      // Without: the fused kernel (or the composition, where it does not fuse).
+      NoGradGuard no_grad;
+      Profiler profiler;
+      Tensor got = conv2d_affine(x, w, scale, shift, residual, true, o);
+      profiler.stop();
+      ASSERT_EQ(got.dtype(), dt);
+      Tensor want =
+          composed(f32, w.to(DType::Float32), scale, shift, residual.to(DType::Float32), true, o);
+      expect_allclose(got, want, 3e-2);
+      std::set<std::string> names;
+      for (const OpProfile& p : profiler.key_averages()) names.insert(p.name);
+      const bool fused = dt == DType::BFloat16 && has_native_low_precision(dt);
+      EXPECT_EQ(names.count("conv2d_affine"), fused ? 1u : 0u);
+      EXPECT_EQ(names.count("channel_affine"), fused ? 0u : 1u);
+      // The folded 16-bit weight is cached (Note [conv weight cache]): a weight changed in place
+      // must not be served from it.
+      expect_allclose(conv2d_affine(x, w, scale, shift, residual, true, o), got, 0.0);
+      w.mul_(-1.0);
+      Tensor flipped = conv2d_affine(x, w, scale, shift, residual, true, o);
+      expect_allclose(
+          flipped,
+          composed(f32, w.to(DType::Float32), scale, shift, residual.to(DType::Float32), true, o),
+          3e-2);
+    }
   }
+}
+
+// Under autocast, the scale and shift stay float32 (OpSchema::float32_inputs) while the input,
+// the weight and the residual are cast; the result is bfloat16.
+TEST(Conv2dAffine, AutocastKeepsTheScaleAndShiftFloat32) {
+  manual_seed(27);
+  Tensor x = randn({2, 8, 6, 6}), w = mul(randn({16, 8, 3, 3}), 0.1);
+  Tensor scale = add(rand({16}), 0.5), shift = randn({16}), residual = randn({2, 16, 6, 6});
+  const Conv2dOptions o{.padding = 1};
+  NoGradGuard no_grad;
+  Tensor want = conv2d_affine(x.to(DType::BFloat16), w.to(DType::BFloat16), scale, shift,
+                              residual.to(DType::BFloat16), true, o);
+  AutocastGuard region(DType::BFloat16, {.force = true});
+  Tensor got = conv2d_affine(x, w, scale, shift, residual, true, o);
+  EXPECT_EQ(got.dtype(), DType::BFloat16);
+  test::expect_bit_identical(got, want);
 }
 
 TEST(Conv2dAffine, GradientsFlowThroughTheComposition) {
@@ -178,6 +248,15 @@ TEST(Conv2dAffine, Errors) {
         conv2d_affine(ones({1, 2, 5, 5}), w, s, s);
       },
       {"[conv2d_affine]", "3 channels", "float32[1, 2, 5, 5]"});
+  // A 16-bit convolution's scale and shift are float32 (Note [low-precision conv epilogue]).
+  Tensor xb = ones({1, 3, 5, 5}).to(DType::BFloat16), wb = w.to(DType::BFloat16);
+  expect_error([&] { conv2d_affine(xb, wb, s.to(DType::BFloat16), s); },
+               {"[conv2d_affine]", "scale", "dtype float32", "bfloat16[4]"});
+  expect_error(
+      [&] {
+        conv2d_affine(xb, wb, s, s, ones({1, 4, 3, 3}));
+      },
+      {"[conv2d_affine]", "residual", "dtype bfloat16", "float32[1, 4, 3, 3]"});
   // The same checks when a gradient is being recorded (the composition runs then).
   Tensor wg = ones({4, 3, 3, 3});
   wg.set_requires_grad(true);

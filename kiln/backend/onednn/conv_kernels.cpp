@@ -46,11 +46,11 @@ Tensor dense_activation(const Tensor& t, DType dt) {
 // kernels where the CPU has them (AVX512-BF16, AMX; onednn_native_low_precision), accumulating
 // in float32 with a float32 bias, and rounds its output once. Elsewhere, and for float16 (oneDNN
 // 2.6 has no CPU float16 kernels), the operands are converted to float32, which gives the same
-// values up to summation order. The float32-only refinements stay float32-only: the inference
-// weight cache, deferred blocked outputs and blocked gradients, folded epilogues and Winograd.
-DType compute_dtype(const Tensor& out, const ConvEpilogue* ep) {
-  return out.dtype() == DType::BFloat16 && ep == nullptr &&
-                 onednn_native_low_precision(DType::BFloat16)
+// values up to summation order. An inference forward in bfloat16 also gets the inference weight
+// cache and folded epilogues (Note [low-precision conv epilogue]); deferred blocked outputs,
+// blocked gradients and Winograd stay float32-only.
+DType compute_dtype(const Tensor& out) {
+  return out.dtype() == DType::BFloat16 && onednn_native_low_precision(DType::BFloat16)
              ? DType::BFloat16
              : DType::Float32;
 }
@@ -65,7 +65,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
                  bool publish = false) {
   // The activations among the operands: a and out always, b in the weight gradient.
   const bool weights_pass = pass == Pass::kBackwardWeights;
-  const DType cdt = compute_dtype(out, ep);
+  const DType cdt = compute_dtype(out);
   const bool low = cdt != DType::Float32;  // Note [low-precision convolutions]
   const Tensor a32 = dense_activation(a, cdt);
   const Tensor b32 = weights_pass ? dense_activation(b, cdt) : dense(b, cdt);
@@ -106,7 +106,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
   // Forward weights are `b` (Note [conv weight cache]).
   const bool inference_forward = forward && p.inference();
   const bool cached_weight =
-      !low && inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
+      inference_forward && b32.is_same(b) && (e.b.needs_reorder() || scale32.defined());
   const Tensor* fold = scale32.defined() ? &scale32 : nullptr;
   for (const auto& [op, t] : {std::pair{&e.a, &a32}, std::pair{&e.b, &b32}}) {
     if (op == &e.b && fold != nullptr && !cached_weight) {
@@ -160,8 +160,8 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     // from its blocked form when it has one (Note [blocked activations]), else reordered
     // straight into a blocked destination when it has the output's plain layout.
     const Tensor& r = ep->residual;
-    const bool same_plain = r.dtype() == DType::Float32 &&
-                            (o32.is_channels_last() ? r.is_channels_last() : r.is_contiguous());
+    const bool same_plain =
+        r.dtype() == cdt && (o32.is_channels_last() ? r.is_channels_last() : r.is_contiguous());
     const Tensor pending = e.out.needs_reorder() && same_plain
                                ? pending_blocked(r, e.out.plain, e.out.chosen)
                                : Tensor();
@@ -269,10 +269,15 @@ void conv_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x, c
 
 ConvEpilogue onednn_fusable_epilogue(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
                                      const ConvEpilogue& ep) {
-  if (x.dtype() != DType::Float32 || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
+  // Note [low-precision conv epilogue]: bfloat16 where its kernels are native; a float16
+  // convolution computes in float32 and is composed.
+  const DType dt = x.dtype();
+  const bool native = dt == DType::Float32 ||
+                      (dt == DType::BFloat16 && onednn_native_low_precision(DType::BFloat16));
+  if (!native || g.c / g.groups == 0 || g.n * g.o * g.oh * g.ow == 0) return {};
   ActivationLayouts l{x.is_channels_last(), false, ep.residual.defined(), ep.relu};
-  const Pass pass = forward_pass(g, p, ep.scale.defined(), l);
-  return conv_entry(pass, g, ep.scale.defined(), l)->reference ? ConvEpilogue{} : ep;
+  const Pass pass = forward_pass(g, p, ep.scale.defined(), l, dt);
+  return conv_entry(pass, g, ep.scale.defined(), l, dt)->reference ? ConvEpilogue{} : ep;
 }
 
 void conv_epilogue_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Tensor& x,
@@ -287,10 +292,15 @@ void conv_epilogue_forward_kernel(const ConvGeometry& g, ConvPolicy p, const Ten
     onednn_conv(Pass::kForward, p, g, x, w, nullptr, y, &done, complete);
   else
     conv_forward(g, p, x, w, Tensor(), y, complete);
+  if (complete) return;
+  // The rest as composed() computes it: in float32 for 16-bit outputs (Note [low-precision conv
+  // epilogue]), rounded once by the copy back.
   NoGradGuard no_grad;
-  Tensor t = y;
+  const bool low = is_low_precision(y.dtype());
+  Tensor t = low ? to_dtype(y, DType::Float32) : y;
   if (ep.scale.defined() && !done.scale.defined()) t = channel_affine(t, ep.scale, ep.shift);
-  if (ep.residual.defined() && !done.residual.defined()) t = add(t, ep.residual);
+  if (ep.residual.defined() && !done.residual.defined())
+    t = add(t, low ? to_dtype(ep.residual, DType::Float32) : ep.residual);
   if (ep.relu && !done.relu) t = relu(t);
   if (!t.is_same(y)) copy_into(y, t);
 }

@@ -43,6 +43,15 @@ std::vector<OpSample> conv2d_affine_samples() {
                {f32({2, 3, 6, 6}, 414), f32({4, 3, 3, 3}, 415), f32({4}, 416), f32({4}, 417),
                 f32({2, 4, 6, 6}, 418)},
                fn({.padding = 1}, true)});
+  // Note [low-precision conv epilogue]: bfloat16 input, weight and residual, float32 scale and
+  // shift; the fused op where oneDNN has native bfloat16 kernels, the composition elsewhere.
+  auto bf16 = [&](Shape shape, uint64_t seed) {
+    return to_dtype(t(std::move(shape), seed), DType::BFloat16);
+  };
+  s.push_back({"fused_bfloat16",
+               {bf16({2, 3, 6, 6}, 419), bf16({4, 3, 3, 3}, 420), f32({4}, 421), f32({4}, 422),
+                bf16({2, 4, 6, 6}, 423)},
+               fn({.padding = 1}, true)});
   // Not differentiable itself: conv2d_affine records the composition when a gradient is needed.
   for (OpSample& sample : s) sample.check_grad = false;
   return s;
