@@ -6,6 +6,7 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/core/grad_mode.h"
+#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/factories.h"
@@ -22,7 +23,7 @@ const Conv2dOptions kSame{.padding = 1};
 
 // A copy in fresh storage, which holds no blocked form: the reference reading.
 Tensor fresh(const Tensor& t) {
-  Tensor out = empty(t.shape());
+  Tensor out = empty(t.shape(), {t.dtype()});
   out.copy_(t);
   return out;
 }
@@ -89,6 +90,36 @@ TEST(BlockedActivations, ResidualFromAnotherConvolution) {
   expect_allclose(got, block(fresh(block_in)), 0.0);
   block_in.add_(1.0);
   expect_allclose(block(block_in), block(fresh(block_in)), 0.0);
+}
+
+// bfloat16 inference convolutions defer their blocked outputs too, where oneDNN has native
+// bfloat16 kernels (Note [low-precision convolutions]): the same ResNet block in bfloat16, with
+// float32 scale and shift (Note [low-precision conv epilogue]).
+TEST(BlockedActivations, Bfloat16BlocksChainToo) {
+  manual_seed(36);
+  const DType bf = DType::BFloat16;
+  Tensor x = randn({4, 16, 8, 8}).to(bf);
+  Tensor w0 = mul(randn({16, 16, 3, 3}), 0.2).to(bf), w1 = mul(randn({16, 16, 3, 3}), 0.2).to(bf);
+  Tensor w2 = mul(randn({16, 16, 3, 3}), 0.2).to(bf);
+  Tensor scale = add(rand({16}), 0.5), shift = randn({16});
+  NoGradGuard no_grad;
+  Tensor block_in = conv2d_affine(x, w0, scale, shift, Tensor(), true, kSame);
+  ASSERT_EQ(block_in.dtype(), bf);
+  auto block = [&](const Tensor& in) {
+    Tensor h = conv2d_affine(in, w1, scale, shift, Tensor(), true, kSame);
+    return conv2d_affine(h, w2, scale, shift, in, true, kSame);
+  };
+  if (has_native_low_precision(bf)) {
+    EXPECT_NE(block_in.storage()->deferred(), nullptr);
+  }
+  Tensor got = block(block_in);
+  expect_allclose(got, block(fresh(block_in)), 0.0);
+  block_in.add_(1.0);
+  expect_allclose(block(block_in), block(fresh(block_in)), 0.0);
+  // Plain convolutions chained, read back.
+  Tensor y = conv2d(x, w1, Tensor(), kSame);
+  expect_allclose(conv2d(y, w2, Tensor(), kSame), conv2d(fresh(y), w2, Tensor(), kSame), 0.0);
+  expect_allclose(y.to(DType::Float32), fresh(y).to(DType::Float32), 0.0);
 }
 
 // The output, read directly, equals the output of the same convolution while recording a

@@ -47,8 +47,8 @@ Tensor dense_activation(const Tensor& t, DType dt) {
 // in float32 with a float32 bias, and rounds its output once. Elsewhere, and for float16 (oneDNN
 // 2.6 has no CPU float16 kernels), the operands are converted to float32, which gives the same
 // values up to summation order. An inference forward in bfloat16 also gets the inference weight
-// cache and folded epilogues (Note [low-precision conv epilogue]); deferred blocked outputs,
-// blocked gradients and Winograd stay float32-only.
+// cache, folded epilogues (Note [low-precision conv epilogue]) and deferred blocked outputs (Note
+// [blocked activations]); blocked gradients and Winograd stay float32-only.
 DType compute_dtype(const Tensor& out) {
   return out.dtype() == DType::BFloat16 && onednn_native_low_precision(DType::BFloat16)
              ? DType::BFloat16
@@ -114,7 +114,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
     }
-    if (!low && op == &e.a && forward && op->needs_reorder() && t->is_same(a)) {
+    if (op == &e.a && forward && op->needs_reorder() && t->is_same(a)) {
       // Note [blocked activations]: checked before raw_data(), which would write `a` out.
       Tensor pending = pending_blocked(a, op->plain, op->chosen);
       if (pending.defined()) {
@@ -186,7 +186,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(e.scratch, eng, scratchpad.raw_data());
   e.primitive.execute(s, args);
   // Note [blocked activations]: the output stays blocked until someone reads its memory.
-  const bool defer = publish && !low && direct && inference_forward && e.out.needs_reorder() &&
+  const bool defer = publish && direct && inference_forward && e.out.needs_reorder() &&
                      out.storage_offset() == 0 && out.nbytes() == out.storage()->nbytes();
   if (e.out.needs_reorder() && !defer) e.out.reorder.execute(s, args[e.out.arg], out_plain);
   s.wait();
