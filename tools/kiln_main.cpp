@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   quantize->add_option("--batch-size", q.batch_size, "samples per batch when testing")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   quantize->add_flag("--overwrite", q.overwrite, "replace an earlier quantized copy at --out");
+  quantize->add_flag("--keep-float", q.keep_float,
+                     "keep the float32 weights of the int8 layers in the copy (by default they "
+                     "are stripped: the copy is smaller, but cannot run those layers in float32)");
 
   kiln::cli::PredictArgs p;
   CLI::App* predict = app.add_subcommand(

@@ -35,6 +35,16 @@ Timed timed_eval(nn::Module& model, const std::shared_ptr<const data::Dataset>& 
   return t;
 }
 
+// The bytes of the regular files at or under `path` (a checkpoint is a directory); 0 when none.
+uintmax_t bytes_under(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return fs::file_size(path, ec);
+  uintmax_t total = 0;
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total;
+}
+
 std::string default_out(const std::string& dir) {
   fs::path p(dir);
   if (p.filename().empty()) p = p.parent_path();
@@ -101,8 +111,14 @@ int run_quantize(const QuantizeArgs& a) {
                              {"loss", after.report.loss},
                              {"eval_seconds", after.seconds}}},
                            {"test_samples", after.report.samples}};
+  // Note [stripped float weights]: after the evaluations, which ran the model as it will be
+  // saved (the int8 forward reads none of the stripped tensors).
+  const std::vector<std::string> stripped =
+      a.keep_float ? std::vector<std::string>{} : nn::strip_float(*model);
+  report["float_stripped"] = !a.keep_float;
+  report["stripped_tensors"] = stripped.size();
   nlohmann::json meta = state.metadata;
-  meta["quantization"] = result.spec;
+  meta["quantization"] = nn::quantization_spec(*model);
   meta["quantization_report"] = report;
   meta["quantized_from"] = a.dir;
   fs::create_directories(out);
@@ -127,6 +143,14 @@ int run_quantize(const QuantizeArgs& a) {
                            after.report.samples);
   std::cout << "Saved: " << out_ckpt << " (kiln eval " << out << "), "
             << (fs::path(out) / "quantization.json").string() << "\n";
+  const std::string float_weights = (fs::path(a.dir) / "model.safetensors").string();
+  std::cout << fmt::format(
+      "Size: {:.2f} MB of checkpoint ({}), against the float run's {:.2f} MB of weights "
+      "(model.safetensors)\n",
+      static_cast<double>(bytes_under(out_ckpt)) / 1e6,
+      a.keep_float ? "float32 weights kept (--keep-float)"
+                   : fmt::format("{} float32 tensors stripped", stripped.size()),
+      static_cast<double>(bytes_under(float_weights)) / 1e6);
   return 0;
 }
 

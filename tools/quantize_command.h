@@ -15,6 +15,9 @@ struct QuantizeArgs {
   int64_t batch_size = 500;
   std::string data_dir;
   bool overwrite = false;
+  // Keep the float32 weights the int8 layers were made from (Note [stripped float weights]);
+  // without it they are stripped, and the copy is about a quarter of the float model's size.
+  bool keep_float = false;
 };
 
 int run_quantize(const QuantizeArgs& args);

@@ -268,10 +268,6 @@ int run_train(const TrainArgs& args) {
   manual_seed(a.seed);
   auto model = make_model_for(a.model, d.info);
   const train::Precision precision = train::parse_precision(a.precision);
-  if (a.compile && precision == train::Precision::kFloat16)
-    throw Error("[kiln train] --compile with --precision " + a.precision +
-                " is not supported yet (float16's loss scaling is not part of compiled steps); "
-                "use --precision bf16, or train eagerly");
   const std::string summary = nn::summary(*model, d.info.input_shape(), DType::Float32,
                                           train::precision_compute_dtype(precision));
   std::cout << summary;

@@ -13,6 +13,8 @@
 #include "kiln/ops/binary.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/optimizer_update.h"
+#include "kiln/ops/shape_ops.h"
+#include "kiln/optim/grad_scaler.h"
 
 namespace kiln::train {
 
@@ -76,7 +78,9 @@ struct CompiledStep::State {
       std::cerr << line << "\n";
   }
 
-  // in: data, target, hyper. Returns [loss, logits]; the updates are nodes of the graph.
+  // in: data, target, hyper (with a scaler: the scale). Returns [loss, logits]; the updates are
+  // nodes of the graph. With a scaler: [loss, logits, the scaled gradient of each param]
+  // (Note [loss scaling in compiled steps]).
   std::vector<Tensor> step(const std::vector<Tensor>& in) const {
     Tensor logits, total;
     {
@@ -88,12 +92,19 @@ struct CompiledStep::State {
       const Tensor penalty = model->regularization_loss();
       if (penalty.defined()) total = add(total, penalty);
     }
-    std::vector<Tensor> grads = kiln::grad({total}, params, {}, /*retain_graph=*/false,
+    // GradScaler::scale's float32 product, with the scale a tensor.
+    const Tensor scaled = options.grad_scaler ? mul(to_dtype(total, DType::Float32), in[2]) : total;
+    std::vector<Tensor> grads = kiln::grad({scaled}, params, {}, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
     // A parameter the loss does not reach gets a zero gradient (eager leaves .grad empty and
     // skips it).
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = zeros_like(params[i]);
+    if (options.grad_scaler) {
+      std::vector<Tensor> out{total, logits};
+      out.insert(out.end(), grads.begin(), grads.end());
+      return out;
+    }
     NoGradGuard no_grad;
     for (size_t r = 0; r < updates.size(); ++r) {
       std::vector<Tensor> tensors = updates[r].tensors;
@@ -166,8 +177,10 @@ struct CompiledStep::State {
     const int* gen = &generation;
     const std::string precision =
         options.autocast_dtype ? dtype_name(*options.autocast_dtype) : "float32";
-    o.state_key = [m, gen, precision] {
-      return fmt::format("{}, optimizer tensors #{}, {}", nn::mode_key(*m), *gen, precision);
+    const char* scaling = options.grad_scaler ? ", loss-scaled" : "";
+    o.state_key = [m, gen, precision, scaling] {
+      return fmt::format("{}, optimizer tensors #{}, {}{}", nn::mode_key(*m), *gen, precision,
+                         scaling);
     };
     o.capture_name = nn::state_names(*m);
     return o;
@@ -182,10 +195,10 @@ struct CompiledStep::State {
     };
     auto body = [this](const std::vector<Tensor>& in) { return step(in); };
     try {
-      fn.emplace(graph::function(
-          body,
-          {spec(data, "data", true), spec(target, "target", true), spec(hyper, "hyper", false)},
-          function_options(), loc));
+      fn.emplace(graph::function(body,
+                                 {spec(data, "data", true), spec(target, "target", true),
+                                  spec(hyper, options.grad_scaler ? "scale" : "hyper", false)},
+                                 function_options(), loc));
     } catch (const OutOfMemoryError&) {
       throw;
     } catch (const Error& e) {
@@ -202,10 +215,17 @@ CompiledStep::CompiledStep(nn::Module& model, StepLossFn loss, optim::Optimizer&
                            CompiledStepOptions options)
     : state_(std::make_shared<State>()) {
   if (!loss) throw Error("[compile_train_step] expected a loss function, but got an empty one");
-  if (options.autocast_dtype && *options.autocast_dtype != DType::BFloat16)
-    throw Error(std::string("[compile_train_step] expected autocast in bfloat16, but got ") +
-                dtype_name(*options.autocast_dtype) +
-                " (float16 needs loss scaling, which compiled steps do not do yet)");
+  if (options.autocast_dtype && *options.autocast_dtype == DType::Float16 &&
+      options.grad_scaler == nullptr)
+    throw Error(
+        "[compile_train_step] autocast in float16 needs loss scaling: pass "
+        "CompiledStepOptions::grad_scaler (an optim::GradScaler), as an eager float16 step "
+        "would use one");
+  if (options.autocast_dtype && *options.autocast_dtype != DType::Float16 &&
+      *options.autocast_dtype != DType::BFloat16)
+    throw Error(std::string("[compile_train_step] expected autocast in bfloat16 or float16, but "
+                            "got ") +
+                dtype_name(*options.autocast_dtype));
   state_->model = &model;
   state_->loss = std::move(loss);
   state_->optimizer = &optimizer;
@@ -223,6 +243,19 @@ CompiledStep::Result CompiledStep::operator()(const Tensor& data, const Tensor& 
   // Last step's gradients (a user's or an eager step's) would be stepped on again: drop them.
   st.optimizer->zero_grad(/*set_to_none=*/true);
   st.call_loc = loc;
+  if (optim::GradScaler* scaler = st.options.grad_scaler) {
+    // Note [loss scaling in compiled steps].
+    const Tensor scale = full({}, scaler->get_scale(), {DType::Float32});
+    if (!st.fn) {
+      st.compile(data, target, scale, loc);
+      st.hyper_shape = scale.shape();
+    }
+    const std::vector<Tensor> out = (*st.fn)({data, target, scale}, loc);
+    for (size_t i = 0; i < st.params.size(); ++i) st.params[i].set_grad(out[2 + i]);
+    scaler->step(*st.optimizer, loc);
+    scaler->update(loc);
+    return {out[0], out[1]};
+  }
   st.collect_updates(loc);
   const Tensor hyper = st.hyper_matrix();
   // Another number of updates or of numbers per update: another signature.

@@ -9,6 +9,10 @@
 #include "kiln/ops/autocast.h"
 #include "kiln/optim/optimizer.h"
 
+namespace kiln::optim {
+class GradScaler;
+}  // namespace kiln::optim
+
 namespace kiln::train {
 
 using StepLossFn = std::function<Tensor(const Tensor& logits, const Tensor& target)>;
@@ -46,10 +50,17 @@ struct CompiledStepOptions {
   // autocast(*autocast_dtype, autocast_options), so the graph holds the casts the region makes:
   // each parameter is cast once per graph (the region's cast cache lives for the trace), the
   // gradients flow back through the casts to float32 parameters, and nothing is cast again at
-  // run time beyond what the graph says. bfloat16 only: float16 needs loss scaling, which a
-  // compiled step does not do yet (an Error).
+  // run time beyond what the graph says. float16 needs grad_scaler (an Error without one).
   std::optional<DType> autocast_dtype = std::nullopt;
   AutocastOptions autocast_options = {};
+  // Note [loss scaling in compiled steps]: with a scaler (float16's dynamic loss scaling), the
+  // graph computes the forward, the loss and the gradients of loss * scale, the scale being a
+  // graph input (a new scale does not retrace); the gradients come out of the graph and the
+  // scaler's unscale_, inf/NaN check, step-or-skip and update run on them as in an eager float16
+  // step, so a compiled step skips, backs off and grows exactly as an eager one. Skipping is a
+  // decision the host makes (it reads the check), so the optimizer's updates run eagerly here,
+  // not as graph nodes. The scaler must outlive the step.
+  optim::GradScaler* grad_scaler = nullptr;
 };
 
 class CompiledStep {

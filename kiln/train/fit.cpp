@@ -103,11 +103,8 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
     fail("fit", loc, "expected an output stream for verbose progress, but got a null pointer");
   std::ostream* out = options.verbose ? options.out : nullptr;
 
-  if (options.compile && precision_ == Precision::kFloat16)
-    fail("fit", loc,
-         "FitOptions::compile with precision {} is not supported yet (its loss scaling is not "
-         "part of compiled steps); train it eagerly, or compile in bfloat16 or float32",
-         precision_name(precision_));
+  // Note [training precision]: loss scaling only where float16 actually runs.
+  optim::GradScaler* scaler = scaler_ && low_precision_active() ? &*scaler_ : nullptr;
   std::optional<CompiledStep> compiled;
   if (options.compile) {
     // Note [autocast in compiled steps]; where bfloat16 does not run (no native kernels, not
@@ -121,10 +118,9 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
         step_options.autocast_options.force = force_precision_;
       }
     }
+    step_options.grad_scaler = scaler;  // Note [loss scaling in compiled steps]
     compiled.emplace(*model_, loss_, *optimizer_, step_options);
   }
-  // Note [training precision]: loss scaling only where float16 actually runs.
-  optim::GradScaler* scaler = scaler_ && low_precision_active() ? &*scaler_ : nullptr;
   History history;
   for (auto& callback : callbacks_) {
     callback->set_context(model_, optimizer_);

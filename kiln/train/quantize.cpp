@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -203,7 +204,9 @@ QuantizeResult quantize(nn::Module& model, data::DataLoader& calibration,
   }
   if (result.calibration_samples == 0) fail("quantize", loc, "the calibration data gave no batch");
 
-  // Conversion.
+  // Conversion. A folded batch norm is recorded by name (Note [stripped float weights]).
+  std::map<const nn::Module*, std::string> names;
+  for (const auto& [name, m] : model.named_modules()) names[m] = name;
   result.details = nlohmann::json::object();
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
@@ -216,8 +219,9 @@ QuantizeResult quantize(nn::Module& model, data::DataLoader& calibration,
     const bool unsigned_input = obs.min() >= 0.0;
     const double scale = clip > 0.0 ? clip / (unsigned_input ? 255.0 : 127.0) : 1.0;
     const auto [weight, bias] = float_weight_and_bias(*c.module, folded[i]);
-    const nn::LayerQuantization& q = nn::make_quantized(
+    nn::LayerQuantization& q = nn::make_quantized(
         *c.module, unsigned_input ? DType::UInt8 : DType::Int8, scale, folded[i] != nullptr, loc);
+    if (folded[i] != nullptr) q.batch_norm = names[folded[i]];
     const auto [wmin, wmax] = write_int8(q, weight, bias);
     result.details[c.name] = {{"quantized", true},
                               {"input_dtype", unsigned_input ? "uint8" : "int8"},

@@ -193,6 +193,16 @@ grep -q "Quantized 4 of the model's convolution and linear layers" "$tmp/c8.log"
 c8_acc=$(grep -o "^int8 *[0-9.]*%" "$tmp/c8.log" | grep -o "[0-9.]*%")
 "$kiln" eval "$tmp/c8" | grep -q "accuracy $c8_acc" || fail "eval of the quantized cnn disagrees ($c8_acc)"
 [[ -f $tmp/c8/quantization.json ]] || fail "no quantization.json"
+# The float32 weights are stripped by default (Note [stripped float weights]); --keep-float keeps
+# them: the same int8 accuracy, a file more than twice the size.
+grep -q "float32 tensors stripped" "$tmp/c8.log" || fail "no stripping reported: $(cat "$tmp/c8.log")"
+"$kiln" quantize "$tmp/c" --calibration-samples 64 --out "$tmp/c8f" --keep-float >"$tmp/c8f.log" 2>&1 ||
+  fail "quantize --keep-float: $(tail -3 "$tmp/c8f.log")"
+"$kiln" eval "$tmp/c8f" | grep -q "accuracy $c8_acc" || fail "eval of the --keep-float copy disagrees"
+stripped_bytes=$(stat -c %s "$tmp/c8/checkpoint/model.safetensors")
+kept_bytes=$(stat -c %s "$tmp/c8f/checkpoint/model.safetensors")
+((stripped_bytes * 2 < kept_bytes)) ||
+  fail "the stripped copy ($stripped_bytes bytes) is not under half the kept one ($kept_bytes)"
 expect_error "already quantized" quantize "$tmp/c8" --out "$tmp/c88"
 expect_error "already exists; pass --overwrite" quantize "$tmp/c" --out "$tmp/c8"
 expect_error "--observer" quantize "$tmp/c" --observer entropy
@@ -203,7 +213,6 @@ expect_error "test_batch.bin" eval "$tmp/c" --data-dir "$tmp/cifar"
 # --precision (Note [training precision]). KILN_NATIVE_LOW_PRECISION=1 makes any CPU count as
 # having native kernels, so both branches run everywhere.
 expect_error "--precision" train --precision int8
-expect_error "not supported yet" train --compile --precision fp16 --out "$tmp/p0"
 KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 2 --precision mixed_bfloat16 \
   --out "$tmp/bf16" >"$tmp/bf16.log" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/bf16.log")"
 grep -q "Precision: mixed_bfloat16 (compute in bfloat16, variables in float32)" "$tmp/bf16.log" ||
@@ -220,6 +229,12 @@ KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 1 --precision f
   --out "$tmp/fp16" >"$tmp/fp16.log" 2>&1 || fail "fp16 run: $(tail -3 "$tmp/fp16.log")"
 head -1 "$tmp/fp16/history.csv" | grep -q "loss_scale" || fail "fp16 history has no loss_scale"
 grep -rqs "grad_scaler" "$tmp/fp16/checkpoint" || fail "the fp16 checkpoint holds no scaler state"
+# Compiled float16 (Note [loss scaling in compiled steps]): the graph's gradients go through the
+# same GradScaler, logged and checkpointed as in the eager run.
+KILN_NATIVE_LOW_PRECISION=1 "$kiln" train "${small[@]}" --epochs 1 --precision fp16 --compile \
+  --out "$tmp/fp16c" >"$tmp/fp16c.log" 2>&1 || fail "compiled fp16 run: $(tail -3 "$tmp/fp16c.log")"
+head -1 "$tmp/fp16c/history.csv" | grep -q "loss_scale" || fail "compiled fp16 history has no loss_scale"
+grep -rqs "grad_scaler" "$tmp/fp16c/checkpoint" || fail "the compiled fp16 checkpoint holds no scaler state"
 KILN_NATIVE_LOW_PRECISION=0 "$kiln" train "${small[@]}" --epochs 1 --precision fp16 \
   --out "$tmp/fp16_off" >"$tmp/fp16_off.log" 2>&1 || fail "fp16 fallback run failed"
 grep -q "no native kernels on this CPU: computing in float32" "$tmp/fp16_off.log" ||

@@ -3,8 +3,12 @@
 // state_dict and checkpoints, and misuse is an error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "kiln/nn/conv_bn.h"
@@ -138,6 +142,79 @@ TEST(Quantize, StateSurvivesStateDictAndCheckpoints) {
   auto plain = nn::small_cnn(1, 10, 8);
   expect_error([&] { train::load_checkpoint_weights((dir.path() / "ckpt").string(), *plain); },
                {"weight_q"});
+}
+
+// Note [stripped float weights]: stripping changes no int8 output, empties exactly the float
+// tensors only the float path reads, and the stripped state saves smaller and loads back into a
+// model prepared from the spec, giving the same outputs.
+TEST(Quantize, StrippedFloatWeightsSaveSmallerAndLoadBack) {
+  auto model = trained_cnn(17);
+  data::DataLoader calibration(images(100, 18), {.batch_size = 25});
+  train::quantize(*model, calibration, {.calibration_samples = 100});
+  const Tensor x = images(8, 19)->data();
+  const Tensor want = forward(*model, x);
+  auto bytes = [](const nn::StateDict& state) {
+    int64_t n = 0;
+    for (const auto& [name, t] : state) n += t.nbytes();
+    return n;
+  };
+  const int64_t before = bytes(model->state_dict());
+
+  std::vector<std::string> stripped = nn::strip_float(*model);
+  std::sort(stripped.begin(), stripped.end());
+  const nlohmann::json spec = nn::quantization_spec(*model);
+  EXPECT_TRUE(spec.at("float_stripped").get<bool>());
+  // Every quantized layer's weight and bias (where it has one), and each folded batch norm's
+  // four tensors.
+  std::set<std::string> has;
+  for (const auto& [name, t] : nn::small_cnn(1, 10, 8)->state_dict()) has.insert(name);
+  std::vector<std::string> expected;
+  auto expect = [&](const std::string& name) {
+    if (has.count(name)) expected.push_back(name);
+  };
+  for (const auto& [name, entry] : spec.at("layers").items()) {
+    expect(name + ".weight");
+    expect(name + ".bias");
+    if (entry.at("folded_batch_norm").get<bool>())
+      for (const char* t : {".weight", ".bias", ".running_mean", ".running_var"})
+        expect(entry.at("batch_norm").get<std::string>() + t);
+  }
+  std::sort(expected.begin(), expected.end());
+  ASSERT_GE(expected.size(), 8u);
+  EXPECT_EQ(stripped, expected);
+  EXPECT_EQ(forward(*model, x).to_vector<float>(), want.to_vector<float>());
+  const int64_t after = bytes(model->state_dict());
+  EXPECT_LT(after, before / 3) << before << " -> " << after;
+  EXPECT_TRUE(nn::strip_float(*model).empty());  // nothing left to strip
+
+  test::TempDir dir("quantize_stripped");
+  optim::SGD opt(model->parameters(), {.lr = 0.0});
+  const std::string ckpt = (dir.path() / "ckpt").string();
+  train::save_checkpoint(ckpt, *model, opt, nullptr, {.metadata = {{"quantization", spec}}});
+  auto loaded = nn::small_cnn(1, 10, 8);
+  nn::prepare_quantized(*loaded, train::read_checkpoint_metadata(ckpt)["quantization"]);
+  train::load_checkpoint_weights(ckpt, *loaded);
+  loaded->eval();
+  EXPECT_EQ(forward(*loaded, x).to_vector<float>(), want.to_vector<float>());
+  // Prepared without the stripping, the file's empty tensors do not fit.
+  nlohmann::json unstripped = spec;
+  unstripped["float_stripped"] = false;
+  auto mismatched = nn::small_cnn(1, 10, 8);
+  nn::prepare_quantized(*mismatched, unstripped);
+  expect_error([&] { train::load_checkpoint_weights(ckpt, *mismatched); }, {"shape"});
+
+  // A folded convolution whose batch norm is not known by name cannot be stripped.
+  auto by_hand = nn::small_cnn(1, 10, 8);
+  for (const auto& [name, m] : by_hand->named_modules())
+    if (dynamic_cast<nn::Conv2d*>(m) != nullptr) {
+      nn::make_quantized(*m, DType::UInt8, 0.1, /*folded_batch_norm=*/true);
+      break;
+    }
+  expect_error([&] { nn::strip_float(*by_hand); }, {"[strip_float]", "not known by name"});
+  nlohmann::json bad = spec;
+  bad["float_stripped"] = "yes";
+  expect_error([&] { nn::prepare_quantized(*nn::small_cnn(1, 10, 8), bad); },
+               {"[prepare_quantized]", "float_stripped"});
 }
 
 // A quantized model traces like any other (its int8 layers are ordinary ops): the graph, with a
