@@ -122,6 +122,24 @@ TEST(BlockedActivations, Bfloat16BlocksChainToo) {
   expect_allclose(y.to(DType::Float32), fresh(y).to(DType::Float32), 0.0);
 }
 
+// The two backward passes share grad_output's blocked copy in bfloat16 as in float32: the weight
+// gradient read through it equals the one from a fresh copy, also after grad_output changes.
+TEST(BlockedActivations, Bfloat16BackwardPassesShareTheBlockedGradOutput) {
+  manual_seed(37);
+  const DType bf = DType::BFloat16;
+  Tensor x = randn({4, 16, 8, 8}).to(bf), w = mul(randn({32, 16, 3, 3}), 0.2).to(bf);
+  Tensor gy = randn({4, 32, 8, 8}).to(bf);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    Tensor gx = conv2d_backward_input(gy, w, {8, 8}, kSame);
+    Tensor gw = conv2d_backward_weight(x, gy, {3, 3}, kSame);  // the cached blocked gy
+    expect_allclose(gx, conv2d_backward_input(fresh(gy), w, {8, 8}, kSame), 0.0);
+    expect_allclose(gw, conv2d_backward_weight(x, fresh(gy), {3, 3}, kSame), 0.0);
+    NoGradGuard no_grad;
+    gy.mul_(-0.5);  // a new version: the cache must not serve the old copy
+  }
+}
+
 // The output, read directly, equals the output of the same convolution while recording a
 // gradient, which writes its output eagerly. A 1x1 kernel runs the same primitive in both modes
 // (3x3 would run Winograd without grad, Note [conv winograd]), so the bits are the same.

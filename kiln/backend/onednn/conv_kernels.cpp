@@ -46,9 +46,9 @@ Tensor dense_activation(const Tensor& t, DType dt) {
 // kernels where the CPU has them (AVX512-BF16, AMX; onednn_native_low_precision), accumulating
 // in float32 with a float32 bias, and rounds its output once. Elsewhere, and for float16 (oneDNN
 // 2.6 has no CPU float16 kernels), the operands are converted to float32, which gives the same
-// values up to summation order. An inference forward in bfloat16 also gets the inference weight
-// cache, folded epilogues (Note [low-precision conv epilogue]) and deferred blocked outputs (Note
-// [blocked activations]); blocked gradients and Winograd stay float32-only.
+// values up to summation order. bfloat16 also gets the inference weight cache, folded epilogues
+// (Note [low-precision conv epilogue]), deferred blocked outputs (Note [blocked activations]) and
+// the shared blocked grad_output of the two backward passes; Winograd stays float32-only.
 DType compute_dtype(const Tensor& out) {
   return out.dtype() == DType::BFloat16 && onednn_native_low_precision(DType::BFloat16)
              ? DType::BFloat16
@@ -66,7 +66,6 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
   // The activations among the operands: a and out always, b in the weight gradient.
   const bool weights_pass = pass == Pass::kBackwardWeights;
   const DType cdt = compute_dtype(out);
-  const bool low = cdt != DType::Float32;  // Note [low-precision convolutions]
   const Tensor a32 = dense_activation(a, cdt);
   const Tensor b32 = weights_pass ? dense_activation(b, cdt) : dense(b, cdt);
   ActivationLayouts layouts;
@@ -137,7 +136,7 @@ void onednn_conv(Pass pass, ConvPolicy p, const ConvGeometry& g, const Tensor& a
     const Tensor& original = op == &e.a ? a : b;
     const bool is_grad_output = (pass == Pass::kBackwardData && op == &e.a) ||
                                 (pass == Pass::kBackwardWeights && op == &e.b);
-    if (!low && is_grad_output && t->is_same(original)) {
+    if (is_grad_output && t->is_same(original)) {
       keep.push_back(blocked_grad_output(original, *op));
       args[op->arg] = dnnl::memory(op->chosen, eng, keep.back().raw_data());
       continue;
