@@ -23,6 +23,32 @@ void test_error_contains(F fn, const std::string& part) {
   }
 }
 
+// Two identical MLPs with their own Adam: one trained eagerly, one by a compiled step, which the
+// compiled-step tests hold against each other.
+struct Twins {
+  std::shared_ptr<nn::Module> eager_model, compiled_model;
+  std::unique_ptr<optim::Adam> eager_opt, compiled_opt;
+  explicit Twins(uint64_t seed) {
+    for (auto* m : {&eager_model, &compiled_model}) {
+      manual_seed(seed);
+      *m = nn::mlp(2, {16}, 2);
+    }
+    eager_opt =
+        std::make_unique<optim::Adam>(eager_model->parameters(), optim::AdamOptions{.lr = 1e-2});
+    compiled_opt =
+        std::make_unique<optim::Adam>(compiled_model->parameters(), optim::AdamOptions{.lr = 1e-2});
+  }
+  // The compiled model's parameters are float32 and within tol of the eager one's.
+  void expect_parameters_close(double tol) const {
+    const auto pe = eager_model->parameters(), pc = compiled_model->parameters();
+    for (size_t i = 0; i < pe.size(); ++i) {
+      EXPECT_EQ(pc[i].dtype(), DType::Float32);
+      const std::vector<float> a = pe[i].to_vector<float>(), b = pc[i].to_vector<float>();
+      for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], tol) << i << "," << k;
+    }
+  }
+};
+
 data::DataLoader loader(int64_t n, uint32_t seed) {
   return data::DataLoader(test::separable(n, seed),
                           data::DataLoaderOptions{.batch_size = 32, .shuffle = true, .seed = 1});
@@ -110,13 +136,9 @@ TEST(FitPrecision, CompiledFloat16WithoutAScalerIsRefused) {
 // the same skipped steps (an overflowing first scale is planted), and parameters that stay
 // together; gradients leave the graph scaled and the scaler unscales them.
 TEST(FitPrecision, CompiledFloat16StepScalesAsTheEagerOne) {
-  auto make = [] {
-    manual_seed(12);
-    return nn::mlp(2, {16}, 2);
-  };
-  auto eager_model = make(), compiled_model = make();
-  optim::Adam eager_opt(eager_model->parameters(), {.lr = 1e-2});
-  optim::Adam compiled_opt(compiled_model->parameters(), {.lr = 1e-2});
+  Twins twins(12);
+  auto &eager_model = twins.eager_model, &compiled_model = twins.compiled_model;
+  optim::Adam &eager_opt = *twins.eager_opt, &compiled_opt = *twins.compiled_opt;
   // 2^20 overflows float16 (max 65504) in the first backward: a skipped step, then back-offs,
   // and growth every 3 clean steps overflows again.
   const optim::GradScalerOptions so{.init_scale = std::ldexp(1.0, 20), .growth_interval = 3};
@@ -154,12 +176,7 @@ TEST(FitPrecision, CompiledFloat16StepScalesAsTheEagerOne) {
   EXPECT_GT(compiled_scaler.skipped_steps(), 1);
   EXPECT_LT(compiled_scaler.skipped_steps(), 12) << "most steps must step";
   EXPECT_LT(compiled_scaler.get_scale(), std::ldexp(1.0, 20));
-  const auto pe = eager_model->parameters(), pc = compiled_model->parameters();
-  for (size_t i = 0; i < pe.size(); ++i) {
-    EXPECT_EQ(pc[i].dtype(), DType::Float32);
-    const std::vector<float> a = pe[i].to_vector<float>(), b = pc[i].to_vector<float>();
-    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 2e-2) << i << "," << k;
-  }
+  twins.expect_parameters_close(2e-2);
   // One graph: a new scale is an input, not a retrace.
   ASSERT_NE(step.function(), nullptr);
   EXPECT_EQ(step.function()->stats().traces, 1);
@@ -178,13 +195,9 @@ TEST(FitPrecision, FitCompiledInFloat16) {
 // Note [autocast in compiled steps]: a compiled bfloat16 step trains as the eager bfloat16 step
 // does, its graph casts each parameter once, and the parameters and gradients stay float32.
 TEST(FitPrecision, CompiledBfloat16StepTrainsAsTheEagerOne) {
-  auto make = [] {
-    manual_seed(9);
-    return nn::mlp(2, {16}, 2);
-  };
-  auto eager_model = make(), compiled_model = make();
-  optim::Adam eager_opt(eager_model->parameters(), {.lr = 1e-2});
-  optim::Adam compiled_opt(compiled_model->parameters(), {.lr = 1e-2});
+  Twins twins(9);
+  auto &eager_model = twins.eager_model, &compiled_model = twins.compiled_model;
+  optim::Adam &eager_opt = *twins.eager_opt, &compiled_opt = *twins.compiled_opt;
   auto ce = [](const Tensor& l, const Tensor& y) { return cross_entropy(l, y); };
   AutocastOptions force;
   force.force = true;
@@ -207,12 +220,7 @@ TEST(FitPrecision, CompiledBfloat16StepTrainsAsTheEagerOne) {
     EXPECT_NEAR(r.loss.item(), eager_loss.item(), 1e-2 * std::abs(eager_loss.item()) + 1e-3)
         << "step " << i;
   }
-  const auto pe = eager_model->parameters(), pc = compiled_model->parameters();
-  for (size_t i = 0; i < pe.size(); ++i) {
-    EXPECT_EQ(pc[i].dtype(), DType::Float32);
-    const std::vector<float> a = pe[i].to_vector<float>(), b = pc[i].to_vector<float>();
-    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 2e-2) << i << "," << k;
-  }
+  twins.expect_parameters_close(2e-2);
   // One cast per parameter in the graph.
   ASSERT_NE(step.function(), nullptr);
   const auto graphs = step.function()->graphs();
