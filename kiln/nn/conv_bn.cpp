@@ -9,7 +9,6 @@
 
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/storage.h"
-#include "kiln/ops/autocast.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/conv_bn_fold.h"
@@ -53,7 +52,7 @@ std::pair<Tensor, Tensor> fold(const Conv2d& conv, const BatchNorm& bn, DType dt
 }
 
 DType fold_dtype(const Tensor& input) {
-  return is_low_precision(input.dtype()) || autocast_dtype() ? DType::Float32 : input.dtype();
+  return is_low_precision(input.dtype()) ? DType::Float32 : input.dtype();
 }
 
 // Note [conv-bn fold cache]: the folded scale and shift depend only on the batch norm's

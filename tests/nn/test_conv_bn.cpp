@@ -295,5 +295,25 @@ TEST(ConvBn, Bfloat16EvaluationKeepsTheActivationsInBfloat16) {
   close(block(x.to(DType::BFloat16)));
 }
 
+// Autocast leaves float64 alone (as PyTorch does), so a float64 model folds in float64 inside a
+// region too.
+TEST(ConvBn, Float64EvaluationUnderAutocastStaysFloat64) {
+  manual_seed(39);
+  Conv2d conv(4, 8, 3, {.padding = 1});
+  BatchNorm2d bn(8);
+  randomize(bn);
+  conv.to(DType::Float64);
+  bn.to(DType::Float64);
+  conv.eval();
+  bn.eval();
+  Tensor x = randn({2, 4, 5, 5}, {DType::Float64});
+  NoGradGuard no_grad;
+  const Tensor want = unfused(conv, bn, x, Tensor(), true);
+  AutocastGuard region(DType::BFloat16, {.force = true});
+  const Tensor got = conv_bn(conv, bn, x, Tensor(), true);
+  ASSERT_EQ(got.dtype(), DType::Float64);
+  expect_allclose(got, want, 1e-12);
+}
+
 }  // namespace
 }  // namespace kiln::nn
