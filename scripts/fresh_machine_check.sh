@@ -53,7 +53,11 @@ stage() {
   echo "== fresh-machine check: $1"
   stage_start=$SECONDS
 }
-took() { echo "   ($1: $((SECONDS - stage_start)) s)"; }
+took() {
+  local s=$((SECONDS - stage_start))
+  echo "   ($1: $s s)"
+  [[ -z ${KILN_STAGE_LOG:-} ]] || printf 'fresh-machine check: %s\t%s\n' "$1" "$s" >>"$KILN_STAGE_LOG"
+}
 
 # --- host tools -----------------------------------------------------------------------------------
 for tool in debootstrap git tar sha256sum; do
@@ -145,6 +149,18 @@ mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
 mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
 mount --bind "$cache/archives" "$root/var/cache/apt/archives"
+# Note [compiler cache in the root]: the host's compiler cache (scripts/ccache.sh) is bound where
+# the root's own builds look for it. The root still compiles with its own g++, against its own
+# headers: ccache answers a compile only when the compiler (its size and mtime) and every file the
+# source includes hash as they did when the entry was made, and runs the real compiler otherwise,
+# so a header whose package setup.sh does not install still fails the build here. The cache saves
+# the compile time, not a single check. KILN_FRESH_NO_CCACHE=1 leaves it out (a cold build).
+if [[ ${KILN_FRESH_NO_CCACHE:-0} != 1 ]]; then
+  host_ccache=${KILN_CCACHE_DIR:-${HOME:-/root}/.cache/kiln-ccache}
+  mkdir -p "$host_ccache" "$root/root/.cache/kiln-ccache"
+  mount --bind "$host_ccache" "$root/root/.cache/kiln-ccache"
+  echo "compiler cache: $host_ccache bound into the root"
+fi
 
 # --- the repository, as a new user gets it -------------------------------------------------------
 git clone --quiet "$repo" "$root/root/kiln"

@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config clang-format
+  ccache                 # the compiler cache of every build (Note [compiler cache] in CMakeLists.txt)
   git                    # scripts/check_format.sh lists the tracked sources with git ls-files
   libdnnl-dev            # oneDNN: matmul and convolution kernels
   ocl-icd-opencl-dev     # OpenCL headers + libOpenCL.so: Debian's oneDNN CMake config requires them

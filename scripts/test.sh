@@ -5,28 +5,38 @@
 # test link with the sanitizer runtimes) and builds one program per external dependency set (the
 # library and `kiln`, a GoogleTest program, the Google Benchmark program, the parity dumper), then
 # stops: scripts/fresh_machine_check.sh proves the packages with it in a fraction of the time.
+# Every compile goes through kiln's compiler cache (scripts/ccache.sh); each build stage prints its
+# hit rate. KILN_STAGE_LOG=FILE appends "stage<TAB>seconds" lines to FILE (.ci/run's table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+source scripts/ccache.sh
 jobs=$(nproc)
 build_only=${KILN_TEST_BUILD_ONLY:-0}
 stage_start=$SECONDS
 stage() { echo "== $1"; stage_start=$SECONDS; }
-took() { echo "   ($1: $((SECONDS - stage_start)) s)"; }
+took() {
+  local s=$((SECONDS - stage_start))
+  echo "   ($1: $s s)"
+  [[ -z ${KILN_STAGE_LOG:-} ]] || printf '%s\t%s\n' "$1" "$s" >>"$KILN_STAGE_LOG"
+}
 
 stage "format"
 bash scripts/check_format.sh
-took format
+took "format"
 
 stage "build (Release, -Werror) and test"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON \
+  -DKILN_CCACHE_DIR="$kiln_ccache_dir" >/dev/null
+ccache_begin
 if [[ $build_only == 1 ]]; then
   cmake --build build/release -j "$jobs" --target kiln_cli kiln_core_tests kiln_bench kiln_parity_dump
-  took "Release build (KILN_TEST_BUILD_ONLY=1: kiln, kiln_core_tests, kiln_bench, kiln_parity_dump)"
+  took "Release build (build only: kiln, kiln_core_tests, kiln_bench, kiln_parity_dump)"
 else
   cmake --build build/release -j "$jobs"
   took "Release build"
 fi
+ccache_report "Release build"
 if [[ $build_only != 1 ]]; then
   stage_start=$SECONDS
   ctest --test-dir build/release --output-on-failure -j "$jobs"
@@ -37,16 +47,19 @@ stage "build (ASan + UBSan) and test"
 # The library is built without debug info (a third less compile time; reports still name the
 # functions); the test programs keep their line tables (-g1, see CMakeLists.txt).
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g0 \
-  -DKILN_WERROR=ON -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF >/dev/null
+  -DKILN_WERROR=ON -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF \
+  -DKILN_CCACHE_DIR="$kiln_ccache_dir" >/dev/null
 if [[ $build_only == 1 ]]; then
-  took "ASan configure (KILN_TEST_BUILD_ONLY=1: not built)"
+  took "ASan configure (build only: not built)"
 else
+  ccache_begin
   cmake --build build/asan -j "$jobs"
   took "ASan build"
+  ccache_report "ASan build"
   stage_start=$SECONDS
   # OpenMP's runtime keeps thread-local memory alive at exit; that is not a kiln leak. Label e2e
   # (dozens of end-to-end training runs, the board in Chromium) runs in Release only: under the
-  # sanitizers the same command code is exercised by kiln_cli, in a fraction of CI's time.
+  # sanitizers the same command code is exercised by the kiln_cli_* tests, in a fraction of the time.
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build/asan --output-on-failure -j "$jobs" -LE "parity|e2e"
   took "ASan tests"

@@ -6,8 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The same build tree and options as scripts/test.sh, so running both builds the library once.
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null
+source scripts/ccache.sh
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON \
+  -DKILN_CCACHE_DIR="$kiln_ccache_dir" >/dev/null
+ccache_begin
 cmake --build build/release --target kiln_cli
+ccache_report "build of the kiln command"
 # Running the main job again replaces out/cnn (--overwrite); with --resume among the extra
 # arguments it continues the run there instead.
 replace=(--overwrite)

@@ -1,17 +1,12 @@
 #pragma once
-// A file of kiln's source tree, for tests that run helper scripts (PyTorch references). CMake
-// sets KILN_SOURCE_DIR for test targets, so the path does not depend on the working directory or
-// on how the compiler spells __FILE__ (a launcher such as ccache may make it relative).
+// A file of kiln's source tree, for tests that run helper scripts (PyTorch references). The path
+// comes from tests/support/source_file.cpp, the one test file compiled with the source folder's
+// absolute path (Note [compiler cache] in CMakeLists.txt), so it depends neither on the working
+// directory nor on how the compiler spells __FILE__ (ccache makes it relative).
 #include <string>
-
-#ifndef KILN_SOURCE_DIR
-#error "KILN_SOURCE_DIR must name kiln's source folder (set by CMakeLists.txt for test targets)"
-#endif
 
 namespace kiln::test {
 
-inline std::string source_file(const std::string& relative) {
-  return std::string(KILN_SOURCE_DIR) + "/" + relative;
-}
+std::string source_file(const std::string& relative);
 
 }  // namespace kiln::test
