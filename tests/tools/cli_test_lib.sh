@@ -1,4 +1,8 @@
-# Shared by the kiln command's test scripts (source it after setting `kiln`).
+# Shared by the kiln command's test scripts: `source cli_test_lib.sh path/to/kiln` sets `kiln` and
+# `tmp`, a scratch folder removed when the script exits.
+kiln="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 # fail MESSAGE: prints it and ends the test.
 fail() {
   echo "FAIL: $*" >&2

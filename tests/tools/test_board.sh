@@ -5,16 +5,14 @@
 # without harm, and bad run directories reported. Every wait is bounded.
 # Usage: test_board.sh path/to/kiln [screenshot.png]
 set -euo pipefail
-kiln="$1"
 shot_copy="${2:-${KILN_BOARD_SCREENSHOT:-}}"
-tmp=$(mktemp -d)
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-source "$(dirname "$0")/cli_test_lib.sh"
 py=/usr/bin/python3
 chrome=(timeout 90 chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars
   --no-first-run --user-data-dir="$tmp/chrome")

@@ -4,11 +4,8 @@
 # CTest runs them side by side (tests/tools/CMakeLists.txt).
 # Usage: test_cli_cifar.sh path/to/kiln
 set -euo pipefail
-kiln="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-source "$(dirname "$0")/cli_test_lib.sh"
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 
 # CIFAR-10 in its binary format (random pixels, 64 records per file): the CNN builds for 3x32x32.
 mkdir "$tmp/cifar"

@@ -5,12 +5,9 @@
 # (steps.csv, validation.json, history.csv with the lr).
 # Usage: test_cli_data.sh path/to/kiln
 set -euo pipefail
-kiln="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 
-source "$(dirname "$0")/cli_test_lib.sh"
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 # json FILE EXPR: prints the Python expression EXPR over the parsed file `j`.
 json() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 

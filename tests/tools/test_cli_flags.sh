@@ -4,11 +4,8 @@
 # runs them side by side (tests/tools/CMakeLists.txt).
 # Usage: test_cli_flags.sh path/to/kiln
 set -euo pipefail
-kiln="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-source "$(dirname "$0")/cli_test_lib.sh"
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 
 expect_error "--model" train --model vgg
 expect_error "--epochs" train --epochs 0

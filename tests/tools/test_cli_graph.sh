@@ -4,11 +4,8 @@
 # (tests/tools/CMakeLists.txt).
 # Usage: test_cli_graph.sh path/to/kiln
 set -euo pipefail
-kiln="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-source "$(dirname "$0")/cli_test_lib.sh"
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 
 "$kiln" summary --model cnn >"$tmp/summary.txt"
 grep -q "421,834" "$tmp/summary.txt" || fail "summary lacks the cnn's parameter count"

@@ -5,11 +5,8 @@
 # (tests/tools/CMakeLists.txt).
 # Usage: test_cli_runs.sh path/to/kiln
 set -euo pipefail
-kiln="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-source "$(dirname "$0")/cli_test_lib.sh"
+source "$(dirname "$0")/cli_test_lib.sh" "$1"
 
 small=(--model mlp --train-samples 2048 --batch-size 256 --workers 2 --seed 3)
 "$kiln" train "${small[@]}" --epochs 2 --out "$tmp/straight" >"$tmp/straight.log"
