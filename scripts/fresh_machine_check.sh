@@ -3,7 +3,8 @@
 # has nothing this machine has installed by hand.
 #
 #   bash scripts/fresh_machine_check.sh          # command 1 end to end, command 2 configured and
-#                                                # built in part (KILN_TEST_BUILD_ONLY=1, no tests)
+#                                                # built in part, run-time package tests only
+#                                                # (KILN_TEST_BUILD_ONLY=1)
 #   bash scripts/fresh_machine_check.sh --full   # command 1 end to end, command 2 end to end
 #
 # It bootstraps Debian 12 (`debootstrap --variant=minbase`) from the apt source this machine is
@@ -34,7 +35,7 @@ case "${1:-}" in
   "") ;;
   --full) full=1 ;;
   -h | --help)
-    sed -n '2,8p' "$0"
+    sed -n '2,9p' "$0"
     exit 0
     ;;
   *) die "unknown argument '$1' (expected --full or nothing)" ;;
@@ -195,8 +196,8 @@ if [[ $full == 1 ]]; then
   run_in_root command2.log "bash scripts/test.sh"
   took "command 2"
 else
-  stage "README command 2, both builds configured, one program per dependency set built (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
+  stage "README command 2, both builds configured, one program per dependency set built, the run-time packages' tests (KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh)"
   run_in_root command2.log "KILN_TEST_BUILD_ONLY=1 bash scripts/test.sh"
-  took "command 2 build"
+  took "command 2 (build only, run-time package tests)"
 fi
 status=0
