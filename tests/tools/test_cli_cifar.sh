@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `kiln` command: CIFAR-10's binary format, `kiln quantize` of a CNN,
 # stripped float weights, a truncated test file. One of the kiln_cli_* CTest tests, split so that
-# CTest runs them side by side (tests/tools/CMakeLists.txt).
+# CTest runs them side by side (tools/CMakeLists.txt).
 # Usage: test_cli_cifar.sh path/to/kiln
 set -euo pipefail
 

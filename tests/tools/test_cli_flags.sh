@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `kiln` command: flag and command errors, progress in a log file, Ctrl-C
 # and resume, eval of a test split alone. One of the kiln_cli_* CTest tests, split so that CTest
-# runs them side by side (tests/tools/CMakeLists.txt).
+# runs them side by side (tools/CMakeLists.txt).
 # Usage: test_cli_flags.sh path/to/kiln
 set -euo pipefail
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `kiln` command: `kiln summary` and `kiln graph` (text, JSON, DOT, SVG,
 # passes). One of the kiln_cli_* CTest tests, split so that CTest runs them side by side
-# (tests/tools/CMakeLists.txt).
+# (tools/CMakeLists.txt).
 # Usage: test_cli_graph.sh path/to/kiln
 set -euo pipefail
 

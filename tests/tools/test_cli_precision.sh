@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `kiln` command: --precision (bf16, fp16, compiled fp16, the float32
 # fallback) and int8 on real data, each against a float32 run of the same model. One of the
-# kiln_cli_* CTest tests, split so that CTest runs them side by side (tests/tools/CMakeLists.txt).
+# kiln_cli_* CTest tests, split so that CTest runs them side by side (tools/CMakeLists.txt).
 # Usage: test_cli_precision.sh path/to/kiln
 set -euo pipefail
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `kiln` command: a short training run with every output file, --compile,
-# eval, resume bit for bit, run-directory safety, schedules past their end, the validation split.
+# eval, resume bit for bit, run-directory safety (schedules and the validation split:
+# test_cli_schedules.sh).
 # One of the kiln_cli_* CTest tests, split so that CTest runs them side by side
-# (tests/tools/CMakeLists.txt).
+# (tools/CMakeLists.txt).
 # Usage: test_cli_runs.sh path/to/kiln
 set -euo pipefail
 
@@ -63,22 +64,4 @@ touch "$tmp/straight/model.safetensors.tmp.4242"
 "$kiln" train "${small[@]}" --epochs 1 --out "$tmp/straight" --overwrite >/dev/null
 [[ ! -e "$tmp/straight/model.safetensors.tmp.4242" ]] || fail "a stale temporary file stayed"
 [[ $(wc -l <"$tmp/straight/history.csv") -eq 2 ]] || fail "--overwrite kept the old history"
-# Schedules: a longer run is refused, and --override continues at a nonzero rate (cosine) and
-# without a crash (one-cycle).
-for schedule in cosine onecycle; do
-  "$kiln" train "${small[@]}" --optimizer sgd --lr 0.05 --schedule "$schedule" --epochs 2 \
-    --out "$tmp/$schedule" >/dev/null
-  expect_error "spans the run's --epochs 2" train --out "$tmp/$schedule" --resume --epochs 3
-  cp "$tmp/$schedule/model.safetensors" "$tmp/$schedule.2"
-  "$kiln" train --out "$tmp/$schedule" --resume --epochs 3 --override >"$tmp/$schedule.log"
-  ! cmp -s "$tmp/$schedule.2" "$tmp/$schedule/model.safetensors" ||
-    fail "--schedule $schedule: the third epoch left the weights unchanged (lr 0)"
-  [[ $(wc -l <"$tmp/$schedule/history.csv") -eq 4 ]] || fail "$schedule: expected 3 epochs"
-done
-
-# Keras-style validation split: 2048 * 0.25 = 512 samples held out (6 steps of 256 remain).
-"$kiln" train --model mlp --train-samples 2048 --batch-size 256 --epochs 1 --validation-split 0.25 \
-  --out "$tmp/split" >"$tmp/split.log"
-grep -q "^6/6 " "$tmp/split.log" || fail "validation split: expected 6 training steps of 256"
-expect_error "--validation-split" train --validation-split 1.5
 echo "kiln command (training runs and resumes): all checks passed"
