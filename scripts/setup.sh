@@ -11,6 +11,7 @@ packages=(
   libfmt-dev             # fmt: error messages and printing
   nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
   zlib1g-dev             # zlib: gzip-compressed IDX datasets
+  libzip-dev             # libzip: NumPy .npz archives (kiln/io/npz.cpp)
   libpng-dev libjpeg62-turbo-dev  # libpng, libjpeg-turbo: image-folder datasets
   libcli11-dev           # CLI11: the kiln command's flags
   libdw-dev              # elfutils' libdw: the user's source line for errors raised inside kiln

@@ -65,6 +65,21 @@ bool is_layout_entry(const DirLayout& layout, const std::string& name) {
   return false;
 }
 
+bool is_layout_folder(const DirLayout& layout, const std::string& name) {
+  return std::find(layout.folders.begin(), layout.folders.end(), name) != layout.folders.end();
+}
+
+// The first entry of `dir` that is not a plain file ("" when none).
+std::string non_file_entry(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ignored;
+    if (it->is_symlink(ignored) || !it->is_regular_file(ignored))
+      return it->path().filename().string();
+  }
+  return ec ? std::string("(unreadable: ") + ec.message() + ")" : std::string();
+}
+
 // The first entry of `dir` that a directory of the layout would not hold ("" when none), so
 // that no code path here ever deletes or replaces a directory with the user's own files in it.
 std::string foreign_entry(const DirLayout& layout, const std::string& dir) {
@@ -72,16 +87,20 @@ std::string foreign_entry(const DirLayout& layout, const std::string& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code ignored;
-    if (!is_layout_entry(layout, name) || it->is_directory(ignored) || it->is_symlink(ignored))
+    if (it->is_symlink(ignored)) return name;
+    if (it->is_directory(ignored)) {
+      if (!is_layout_folder(layout, name)) return name;
+      if (std::string inner = non_file_entry(it->path().string()); !inner.empty())
+        return name + "/" + inner;
+    } else if (!is_layout_entry(layout, name)) {
       return name;
+    }
   }
   return ec ? std::string("(unreadable: ") + ec.message() + ")" : std::string();
 }
 
-// Deletes a directory of the layout (complete, partial or temporary). Returns 0 or an errno;
-// ENOTEMPTY, with nothing deleted, when it holds anything else.
-int remove_layout_dir(const DirLayout& layout, const std::string& dir) {
-  if (!foreign_entry(layout, dir).empty()) return ENOTEMPTY;
+// Unlinks every entry of `dir` (plain files, checked by the caller). 0 or an errno.
+int unlink_entries(const std::string& dir) {
   std::error_code ec;
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
@@ -89,6 +108,20 @@ int remove_layout_dir(const DirLayout& layout, const std::string& dir) {
   if (ec) return ec.value();
   for (const auto& name : names)
     if (::unlink(name.c_str()) != 0 && errno != ENOENT) return errno;
+  return 0;
+}
+
+// Deletes a directory of the layout (complete, partial or temporary). Returns 0 or an errno;
+// ENOTEMPTY, with nothing deleted, when it holds anything else.
+int remove_layout_dir(const DirLayout& layout, const std::string& dir) {
+  if (!foreign_entry(layout, dir).empty()) return ENOTEMPTY;
+  for (const std::string& folder : layout.folders) {
+    const std::string path = dir + "/" + folder;
+    if (!is_directory(path)) continue;
+    if (int err = unlink_entries(path); err != 0) return err;
+    if (::rmdir(path.c_str()) != 0) return errno;
+  }
+  if (int err = unlink_entries(dir); err != 0) return err;
   return ::rmdir(dir.c_str()) != 0 ? errno : 0;
 }
 
@@ -203,11 +236,31 @@ void DirTransaction::remove_temp_dir() noexcept {
   if (!committed_ && !temp_dir_.empty()) remove_layout_dir(layout_, temp_dir_);
 }
 
-std::string DirTransaction::temp_path(std::string_view name) const {
-  if (std::find(layout_.files.begin(), layout_.files.end(), name) == layout_.files.end())
-    fail(op_, loc_, "cannot write '{}' into '{}': a {} holds only {}", name, dir_, layout_.kind,
-         fmt::join(layout_.files, ", "));
-  return temp_dir_ + "/" + std::string(name);
+std::string DirTransaction::temp_path(std::string_view name) {
+  if (std::find(layout_.files.begin(), layout_.files.end(), name) != layout_.files.end())
+    return temp_dir_ + "/" + std::string(name);
+  const size_t slash = name.find('/');
+  if (slash != std::string_view::npos) {
+    const std::string folder(name.substr(0, slash));
+    const std::string_view file = name.substr(slash + 1);
+    if (is_layout_folder(layout_, folder) && !file.empty() && file != "." && file != ".." &&
+        file.find('/') == std::string_view::npos && file.find('\0') == std::string_view::npos) {
+      const std::string path = temp_dir_ + "/" + folder;
+      if (!is_directory(path)) {
+        if (::mkdir(path.c_str(), 0777) != 0)
+          fail(op_, loc_, "cannot create the folder '{}': {}", path, std::strerror(errno));
+        if (int e = fsync_dir(temp_dir_); e != 0)
+          fail(op_, loc_, "cannot flush the directory '{}' to disk: {}", temp_dir_,
+               std::strerror(e));
+      }
+      return path + "/" + std::string(file);
+    }
+  }
+  const std::string folders =
+      layout_.folders.empty() ? ""
+                              : fmt::format(" and files in {}/", fmt::join(layout_.folders, "/, "));
+  fail(op_, loc_, "cannot write '{}' into '{}': a {} holds only {}{}", name, dir_, layout_.kind,
+       fmt::join(layout_.files, ", "), folders);
 }
 
 void DirTransaction::write(std::string_view name, std::span<const uint8_t> bytes) {

@@ -32,13 +32,15 @@ namespace kiln::io {
 // layout's files (and the temporary files of an interrupted write_file_atomic), so pointing it
 // at a wrong directory cannot delete user data.
 
-// What a directory of one kind holds. Only plain files directly inside it: a subdirectory or a
-// symlink counts as foreign.
+// What a directory of one kind holds: plain files, and optionally folders of plain files (a saved
+// model's assets/) whose file names the writer chooses. Anything else (another subdirectory, a
+// symlink, a folder inside a folder) counts as foreign.
 struct DirLayout {
-  std::string kind;                // "checkpoint": errors read "no checkpoint at '...'"
-  std::vector<std::string> files;  // every file a complete directory holds
-  std::string marker;              // one of `files` (the manifest): a DIR.old without it is
-                                   // no complete directory and is never read
+  std::string kind;                       // "checkpoint": errors read "no checkpoint at '...'"
+  std::vector<std::string> files;         // every file a complete directory holds
+  std::string marker;                     // one of `files` (the manifest): a DIR.old without it is
+                                          // no complete directory and is never read
+  std::vector<std::string> folders = {};  // optional folders of any plain files ("assets")
 };
 
 // "runs/ck/" and "runs/ck" name the same directory, and the siblings DIR.old and DIR.tmp-* need
@@ -75,8 +77,9 @@ class DirTransaction {
   const std::string& dir() const { return dir_; }            // normalized
   const std::string& temp_dir() const { return temp_dir_; }  // DIR.tmp-XXXXXX
   // Where the layout's file `name` goes before commit, for callers that stream it through an
-  // AtomicFile of their own; a name outside the layout is an error.
-  std::string temp_path(std::string_view name) const;
+  // AtomicFile of their own; a name outside the layout is an error. "FOLDER/FILE" names a file in
+  // one of the layout's folders (created on first use; FILE is one plain name, not "." or "..").
+  std::string temp_path(std::string_view name);
   // Writes the layout's file `name` with write_file_atomic (durable once this returns).
   void write(std::string_view name, std::span<const uint8_t> bytes);
   // Steps 1-4 of the Note. Every file of the layout must have been written. Once this returns

@@ -8,12 +8,9 @@
 
 namespace kiln::io {
 
-namespace {
-
 using Json = nlohmann::json;
 
-// The deepest nesting of arrays and objects in JSON text, counted without parsing it.
-size_t json_depth(std::span<const uint8_t> text) {
+size_t json_nesting_depth(std::span<const uint8_t> text) {
   size_t depth = 0, deepest = 0;
   bool in_string = false, escaped = false;
   for (uint8_t c : text) {
@@ -35,13 +32,11 @@ size_t json_depth(std::span<const uint8_t> text) {
   return deepest;
 }
 
-}  // namespace
-
 Manifest Manifest::read(const std::string& path, const ManifestFormat& format, std::string_view op,
                         const std::source_location& loc) {
   Manifest m(path, format.kind, op, loc);
   const std::vector<uint8_t> bytes = read_regular_file(path, op, loc, format.max_bytes);
-  if (size_t depth = json_depth(bytes); depth > format.max_depth)
+  if (size_t depth = json_nesting_depth(bytes); depth > format.max_depth)
     m.error("nested {} levels deep, more than the {} levels allowed", depth, format.max_depth);
   Json j;
   try {

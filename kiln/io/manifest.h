@@ -88,6 +88,11 @@ class Manifest {
   nlohmann::json json_;
 };
 
+// The deepest nesting of arrays and objects in JSON text, counted without parsing it: nlohmann's
+// parser and dump recurse, so a reader checks this first (a file of a million '[' is refused
+// instead of overflowing the stack).
+size_t json_nesting_depth(std::span<const uint8_t> text);
+
 // The "files" entry of a file holding `bytes`: {"bytes": size, "crc32": checksum}.
 nlohmann::json file_record_json(std::span<const uint8_t> bytes);
 

@@ -304,5 +304,39 @@ TEST(DirTransaction, ReadersFallBackToACompleteOldDirectory) {
   EXPECT_EQ(readable_version(dir), "5");
 }
 
+TEST(DirTransaction, FoldersHoldAnyPlainFilesAndAreReplacedWhole) {
+  TempRoot tmp("folders");
+  const DirLayout layout{"bundle", {"manifest.json"}, "manifest.json", {"assets"}};
+  const std::string dir = tmp / "d";
+  {
+    DirTransaction tx(dir, layout, "test_commit");
+    tx.write("assets/one.txt", bytes_of("1"));
+    tx.write("assets/two.txt", bytes_of("2"));
+    for (const std::string bad :
+         {"assets/", "assets/.", "assets/..", "assets/a/b", "other/x", "assets", "../x"})
+      expect_contains(error_of([&] { tx.write(bad, bytes_of("x")); }),
+                      {"[test_commit]", "cannot write '" + bad + "'",
+                       "holds only manifest.json and files in assets/"});
+    tx.write("manifest.json", bytes_of("{}"));
+    tx.commit();
+  }
+  EXPECT_EQ(TempRoot::entries_of(dir + "/assets"),
+            (std::vector<std::string>{"one.txt", "two.txt"}));
+  {  // The folder is optional, and a new directory replaces the old one with its folder.
+    DirTransaction tx(dir, layout, "test_commit");
+    tx.write("manifest.json", bytes_of("{}"));
+    tx.commit();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/assets"));
+  // A folder inside the folder, or a folder the layout does not name, is the user's: refused.
+  for (const std::string foreign : {"assets/sub", "notes"}) {
+    fs::create_directories(dir + "/" + foreign);
+    expect_contains(error_of([&] { DirTransaction(dir, layout, "test_commit"); }),
+                    {"refusing to replace", foreign});
+    fs::remove(dir + "/" + foreign);
+  }
+  DirTransaction(dir, layout, "test_commit");  // clean again
+}
+
 }  // namespace
 }  // namespace kiln::io

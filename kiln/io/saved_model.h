@@ -1,0 +1,133 @@
+#pragma once
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph/function.h"
+#include "kiln/graph/graph.h"
+#include "kiln/graph/tensor_spec.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::io {
+
+// Note [saved model]
+// ~~~~~~~~~~~~~~~~~~
+// kiln's SavedModel: a directory that runs a trained model without the model's code.
+//   saved_model.json       the manifest (Note [verified manifest]): format "kiln.saved_model",
+//                          version, producer, creation time (UTC), precision, the user's
+//                          metadata, the signatures, the asset names, and the size and CRC-32
+//                          of every other file;
+//   graphs.json            {"graphs": {SIGNATURE: graph document (Note [graph JSON])}};
+//   variables.safetensors  every tensor a graph captures (parameters, buffers, constants), once,
+//                          named as the model's state dict names it ("conv1.weight"), others
+//                          "constant_N";
+//   assets/                the user's files (class names, the data description of a run).
+// A signature (serving_default and any others) is a graph with named inputs and outputs: each
+// with a dtype and a shape whose symbolic dims are -1 with the symbol's name beside them
+// ("batch"), as saved_model_cli shows them, a method ("predict"), and the variables the graph
+// captures, in order.
+// save_model writes the directory in one transaction (Note [directory transaction]): it exists
+// complete or not at all, and a bundle it replaces stays readable until the new one is there.
+// load_model never runs code and trusts nothing: every file's size and CRC-32 against the
+// manifest, graphs.json's nesting depth before it is parsed, every graph node through the op
+// factory, every captured tensor's dtype and shape against the graph, every signature against
+// its graph's inputs and outputs, and no variable left unused. A corrupt, truncated or
+// hand-edited bundle is a kiln::Error naming the file and what is wrong.
+constexpr int kSavedModelFormatVersion = 1;
+
+// One input or output of a signature.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::Float32;
+  graph::SymShape shape;
+  bool operator==(const TensorInfo&) const = default;
+  // "x: float32[-1 (batch), 1, 28, 28]"
+  std::string describe() const;
+};
+
+struct SignatureDef {
+  std::string name;  // "serving_default"
+  std::string method = "predict";
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+};
+
+// One signature to save: a function traced with a signature (graph::function(fn, specs), or
+// nn::function(model, specs)); the bundle holds the graph it traced when it was made.
+struct ExportedFunction {
+  std::string signature = "serving_default";
+  graph::Function function;
+  std::vector<std::string> output_names = {};  // empty: "output_0", "output_1", ...
+  std::string method = "predict";
+};
+
+// What a bundle records beside its signatures.
+struct SaveModelOptions {
+  // How the graphs compute: "float32", "bf16-autocast", "fp16-autocast" or "int8".
+  std::string precision = "float32";
+  // Files for assets/: name -> content. Names are plain file names (no '/', not "." or "..").
+  std::map<std::string, std::string> assets = {};
+  // The user's own (a JSON object): kept as given.
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+// Writes a bundle of `functions` (signature names unique) at `dir`.
+void save_model(const std::vector<ExportedFunction>& functions, const std::string& dir,
+                const SaveModelOptions& options = {}, const Loc& loc = Loc::current());
+
+// Writes a bundle whose serving_default is `model` in eval mode without gradients, traced with
+// `inputs` (the model's mode is restored afterwards); its outputs are "output_0", ...
+void save_model(nn::Module& model, const std::vector<graph::TensorSpec>& inputs,
+                const std::string& dir, const SaveModelOptions& options = {},
+                const Loc& loc = Loc::current());
+
+// The manifest's facts about a bundle.
+struct SavedModelInfo {
+  int format_version = kSavedModelFormatVersion;
+  std::string producer;  // "kiln 0.1.0"
+  std::string created;   // "2026-12-07T10:00:00Z"
+  std::string precision;
+  nlohmann::json metadata;
+  std::vector<std::pair<std::string, uint64_t>> files;  // name, bytes (assets included)
+};
+
+// A loaded bundle: callable by signature. Calls are checked against the signature (count, dtype,
+// rank, static dims, consistent symbols) and may run on several threads at once.
+class SavedModel {
+ public:
+  const std::string& dir() const;
+  const SavedModelInfo& info() const;
+  const std::vector<SignatureDef>& signatures() const;
+  // The signature called `name`; an error lists the bundle's signatures.
+  const SignatureDef& signature(const std::string& name, const Loc& loc = Loc::current()) const;
+  const graph::Graph& graph(const std::string& signature, const Loc& loc = Loc::current()) const;
+
+  std::vector<Tensor> run(const std::string& signature, const std::vector<Tensor>& inputs,
+                          const Loc& loc = Loc::current()) const;
+  // Inputs by name (every input of the signature exactly once); outputs by name.
+  std::vector<std::pair<std::string, Tensor>> run_named(
+      const std::string& signature, const std::vector<std::pair<std::string, Tensor>>& inputs,
+      const Loc& loc = Loc::current()) const;
+  // serving_default.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const Loc& loc = Loc::current()) const {
+    return run("serving_default", inputs, loc);
+  }
+
+  std::vector<std::string> asset_names() const;
+  // The content of assets/`name`; an error lists the assets.
+  const std::string& asset(const std::string& name, const Loc& loc = Loc::current()) const;
+
+  struct State;
+  explicit SavedModel(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<const State> state_;
+};
+
+SavedModel load_model(const std::string& dir, const Loc& loc = Loc::current());
+
+}  // namespace kiln::io
