@@ -133,7 +133,11 @@ Tensor conv2d_affine(const Tensor& input, const Tensor& weight, const Tensor& sc
         g, policy, in[0], {in[2], in[3], residual.defined() ? in[4] : Tensor(), relu_after});
     fuses = e.scale.defined() || e.residual.defined() || e.relu;
   }
-  if (!fuses) return composed(input, weight, scale, shift, residual, relu_after, options, loc);
+  // The autocast-cast operands (in), not the caller's: without native bfloat16 kernels the
+  // composition must compute in the region's dtype too.
+  if (!fuses)
+    return composed(in[0], in[1], in[2], in[3], residual.defined() ? in[4] : Tensor(), relu_after,
+                    options, loc);
   return call_op<Conv2dAffineOp>(in, loc, options, policy.purpose, relu_after);
 }
 

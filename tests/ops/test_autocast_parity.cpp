@@ -100,8 +100,11 @@ TEST(AutocastParity, Bfloat16RegionsMatchTorchAutocastOnCpu) {
       EXPECT_EQ(dtype_name(y.dtype()), want["output"]["dtype"].get<std::string>()) << c.name;
     }
     // Both sides round the product's inputs and output to bfloat16 (8 significant bits); the
-    // summation orders differ.
-    EXPECT_LT(scaled_error(y, want["output"]), 2e-2) << c.name << " output";
+    // summation orders differ. Without AVX512-BF16, PyTorch 1.13's bfloat16 convolution is
+    // itself ~2% off the exact result of the rounded inputs (measured on an AVX2 CPU), while
+    // kiln's accumulates in float32: the bound then allows for PyTorch's error.
+    const double bound = has_native_low_precision(DType::BFloat16) ? 2e-2 : 4e-2;
+    EXPECT_LT(scaled_error(y, want["output"]), bound) << c.name << " output";
     for (size_t j = 0; j < c.params.size(); ++j) {
       const Tensor& g = inputs[c.params[j]].grad();
       ASSERT_TRUE(g.defined()) << c.name;

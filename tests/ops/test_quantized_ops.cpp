@@ -98,6 +98,7 @@ TEST(QuantizedOps, LinearEqualsTheExactIntegerArithmetic) {
   uint64_t seed = 800;
   for (DType dt : {DType::UInt8, DType::Int8}) {
     for (bool r : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (r ? " relu" : ""));
       const double lo = dt == DType::UInt8 ? 0 : -127;
       const Tensor x = ints({8, 300}, ++seed, lo, 127, dt);
       const Tensor w = ints({50, 300}, ++seed, -127, 127, DType::Int8);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/conv_bn.h"
 #include "tests/support/temp_dir.h"
@@ -69,7 +70,9 @@ TEST(Quantize, TheInt8ModelTracksTheFloatOne) {
     max_abs = std::max(max_abs, std::abs(static_cast<double>(w[i])));
     max_err = std::max(max_err, std::abs(static_cast<double>(g[i]) - w[i]));
   }
-  EXPECT_LT(max_err, 0.05 * max_abs) << "largest logit " << max_abs;
+  // Without VNNI the weights are halved (Note [int8 without VNNI]): 7 bits instead of 8.
+  const double bound = onednn_exact_int8() ? 0.05 : 0.08;
+  EXPECT_LT(max_err, bound * max_abs) << "largest logit " << max_abs << " on " << onednn_cpu_isa();
   EXPECT_GT(max_err, 0.0);  // it did compute in int8
 }
 

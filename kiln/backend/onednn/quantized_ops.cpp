@@ -8,6 +8,16 @@
 // reordered once and the copy is kept, keyed like the float32 inference weights (Note [conv weight
 // cache]): the storage held weakly, its offset, its version and the layout. A quantized weight
 // changes only when a model is re-quantized or loaded, and both bump the version.
+//
+// Note [int8 without VNNI]: without VNNI, oneDNN multiplies with vpmaddubsw, which adds two
+// uint8 x int8 products into a saturating int16: 2 * 255 * 127 = 64770 does not fit. For the
+// convolution of int8 activations oneDNN halves the weights itself (its s8s8 compensation path);
+// for uint8 activations, and for its int8 matmul with either kind (which shifts int8 activations
+// to uint8), it leaves that to the user: on an AVX2 CPU those came out wrong by up to a half. So
+// there the kernels halve the weights (round half to even) and the bias and double the output
+// scales: 2 * 255 * 64 = 32640 fits, and each product loses at most half a weight step, as
+// oneDNN's own halving does. (Seen on AVX2; a CPU with AVX-512 but no VNNI takes the same path
+// untested.)
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +28,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/dense.h"
+#include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/backend/onednn/dnnl_utils.h"
 #include "kiln/core/storage.h"
 #include "kiln/ops/conv_attrs.h"
@@ -37,7 +48,31 @@ struct Int8Entry {
   dnnl::memory::desc src_md, wei_plain_md, wei_md, bias_md, dst_md, scratch_md;
   dnnl::reorder wei_reorder;
   bool wei_needs_reorder = false;
+  bool halve = false;  // Note [int8 without VNNI]
 };
+
+// Whether the weights are halved here (Note [int8 without VNNI]): a convolution's for uint8
+// activations, a matmul's for both kinds.
+bool halve_for(dt src_dt, bool matmul) {
+  return (matmul || src_dt == dt::u8) && !onednn_exact_int8();
+}
+
+// round_half_even(v / 2) for integers: exact halves go to the even neighbour.
+template <class T>
+T halved(T v) {
+  const T q = static_cast<T>(v / 2), r = static_cast<T>(v % 2);
+  if (r == 0) return q;
+  return (q % 2 == 0) ? q : static_cast<T>(q + (v > 0 ? 1 : -1));
+}
+
+template <class T>
+Tensor halved_copy(const Tensor& dense_t, DType dtype) {
+  Tensor out = empty(dense_t.shape(), {dtype});
+  const auto* src = static_cast<const T*>(dense_t.raw_data());
+  auto* dst = static_cast<T*>(out.raw_data());
+  for (int64_t i = 0; i < dense_t.numel(); ++i) dst[i] = halved(src[i]);
+  return out;
+}
 
 LruCache<std::shared_ptr<const Int8Entry>>& int8_cache() {
   static auto* cache = new LruCache<std::shared_ptr<const Int8Entry>>(256);
@@ -60,21 +95,26 @@ dnnl::primitive_attr int8_attr(bool relu, const std::vector<float>& scales) {
 class Int8WeightCache {
  public:
   Tensor get(const Tensor& w, const Int8Entry& e) {
-    if (!e.wei_needs_reorder) return w;
+    if (!e.wei_needs_reorder && !e.halve) return w;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (Entry& x : entries_)
-        if (x.offset == w.storage_offset() && x.md == e.wei_md && x.version == w.version() &&
-            x.storage.lock() == w.storage()) {
+        if (x.offset == w.storage_offset() && x.md == e.wei_md && x.halve == e.halve &&
+            x.version == w.version() && x.storage.lock() == w.storage()) {
           x.last_use = ++clock_;
           return x.blocked;
         }
     }
-    Tensor blocked = empty({static_cast<int64_t>(e.wei_md.get_size())}, {DType::UInt8});
-    dnnl::engine& eng = dnnl_engine();
-    dnnl::memory plain(e.wei_plain_md, eng, w.raw_data()), out(e.wei_md, eng, blocked.raw_data());
-    e.wei_reorder.execute(dnnl_stream(), plain, out);
-    dnnl_stream().wait();
+    const Tensor source = e.halve ? halved_copy<int8_t>(w, DType::Int8) : w;
+    Tensor blocked = source;
+    if (e.wei_needs_reorder) {
+      blocked = empty({static_cast<int64_t>(e.wei_md.get_size())}, {DType::UInt8});
+      dnnl::engine& eng = dnnl_engine();
+      dnnl::memory plain(e.wei_plain_md, eng, source.raw_data()),
+          out(e.wei_md, eng, blocked.raw_data());
+      e.wei_reorder.execute(dnnl_stream(), plain, out);
+      dnnl_stream().wait();
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [](const Entry& x) {
       auto st = x.storage.lock();
@@ -84,7 +124,8 @@ class Int8WeightCache {
       entries_.erase(
           std::min_element(entries_.begin(), entries_.end(),
                            [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
-    entries_.push_back({w.storage(), w.storage_offset(), w.version(), e.wei_md, blocked, ++clock_});
+    entries_.push_back(
+        {w.storage(), w.storage_offset(), w.version(), e.wei_md, e.halve, blocked, ++clock_});
     return blocked;
   }
 
@@ -94,6 +135,7 @@ class Int8WeightCache {
     int64_t offset = 0;
     uint64_t version = 0;
     dnnl::memory::desc md;
+    bool halve = false;
     Tensor blocked;
     uint64_t last_use = 0;
   };
@@ -112,7 +154,8 @@ Int8WeightCache& int8_weights() {
 void run_int8(const Int8Entry& e, const Tensor& x, const Tensor& w, const Tensor& b,
               const Tensor& y) {
   const Tensor wd = int8_weights().get(detail::dense(w, DType::Int8), e);
-  const Tensor bd = detail::dense(b, DType::Int32);
+  const Tensor bd = e.halve ? halved_copy<int32_t>(detail::dense(b, DType::Int32), DType::Int32)
+                            : detail::dense(b, DType::Int32);
   dnnl::engine& eng = dnnl_engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(e.src_md, eng, x.raw_data())},
@@ -141,10 +184,14 @@ void finish_entry(Int8Entry& e, const PD& pd) {
 // int8 convolutions take no run-time output scales, and its brgemm int8 matmul only fixed ones
 // (with run-time scales it falls back to gemm:jit, 3-4x slower), so the scales are fixed in each
 // primitive: one per layer.
-std::vector<float> fixed_scales(const Tensor& s, std::string& key) {
+std::vector<float> fixed_scales(const Tensor& s, bool halve, std::string& key) {
   const Tensor sd = detail::dense(s, DType::Float32);
   const auto* sp = static_cast<const float*>(sd.raw_data());
   std::vector<float> scales(sp, sp + sd.numel());
+  if (halve) {
+    for (float& v : scales) v *= 2.0f;  // exact: a power of two
+    key += "half|";
+  }
   key.append(reinterpret_cast<const char*>(scales.data()), scales.size() * sizeof(float));
   return scales;
 }
@@ -152,8 +199,9 @@ std::vector<float> fixed_scales(const Tensor& s, std::string& key) {
 // --- quantized_conv2d -----------------------------------------------------------------------
 
 std::shared_ptr<const Int8Entry> conv_entry(const detail::ConvGeometry& g, dt src_dt, bool relu,
-                                            const std::vector<float>& scales) {
+                                            const std::vector<float>& scales, bool halve) {
   auto e = std::make_shared<Int8Entry>();
+  e->halve = halve;
   const int64_t groups = g.groups;
   e->src_md = dnnl::memory::desc({g.n, g.c, g.h, g.w}, src_dt, tag::nhwc);
   e->dst_md = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nhwc);
@@ -190,9 +238,10 @@ void quantized_conv2d_kernel(const Op& op, const std::vector<Tensor>& in,
   }
   std::string key = "conv|" + g.key() + (src_dt == dt::u8 ? "|u8" : "|s8") +
                     (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads()) + "|";
-  const std::vector<float> scales = fixed_scales(in[3], key);
+  const bool halve = halve_for(src_dt, false);
+  const std::vector<float> scales = fixed_scales(in[3], halve, key);
   const auto e =
-      int8_cache().get_or_create(key, [&] { return conv_entry(g, src_dt, relu, scales); });
+      int8_cache().get_or_create(key, [&] { return conv_entry(g, src_dt, relu, scales, halve); });
   run_int8(*e, xd, in[1], in[2], y);
 }
 
@@ -201,8 +250,9 @@ KILN_REGISTER_KERNEL("quantized_conv2d", DeviceType::CPU, quantized_conv2d_kerne
 // --- quantized_linear -----------------------------------------------------------------------
 
 std::shared_ptr<const Int8Entry> linear_entry(int64_t m, int64_t k, int64_t n, dt src_dt, bool relu,
-                                              const std::vector<float>& scales) {
+                                              const std::vector<float>& scales, bool halve) {
   auto e = std::make_shared<Int8Entry>();
+  e->halve = halve;
   e->src_md = dnnl::memory::desc({m, k}, src_dt, tag::ab);
   e->dst_md = dnnl::memory::desc({m, n}, dt::f32, tag::ab);
   e->bias_md = dnnl::memory::desc({1, n}, dt::s32, tag::ab);
@@ -240,9 +290,10 @@ void quantized_linear_kernel(const Op& op, const std::vector<Tensor>& in,
   std::string key = "linear|" + std::to_string(m) + "," + std::to_string(k) + "," +
                     std::to_string(n) + (src_dt == dt::u8 ? "|u8" : "|s8") +
                     (relu ? "|relu|" : "||") + std::to_string(omp_get_max_threads()) + "|";
-  const std::vector<float> scales = fixed_scales(in[3], key);
-  const auto e =
-      int8_cache().get_or_create(key, [&] { return linear_entry(m, k, n, src_dt, relu, scales); });
+  const bool halve = halve_for(src_dt, true);
+  const std::vector<float> scales = fixed_scales(in[3], halve, key);
+  const auto e = int8_cache().get_or_create(
+      key, [&] { return linear_entry(m, k, n, src_dt, relu, scales, halve); });
   run_int8(*e, xd, in[1], in[2], y);
 }
 

@@ -1,9 +1,11 @@
 // Registry samples of the ops defined in kiln/ops/quantize.cpp (Note [op registry]). The PyTorch
 // expressions compute the same integer arithmetic in float64 (exact for these sizes), then the
-// float32 scaling, so the results agree exactly (Note [int8 quantization]).
+// float32 scaling, so the results agree exactly (Note [int8 quantization]); on a CPU without VNNI
+// with the halved weights and bias the kernels use there (Note [int8 without VNNI]), times 2.
 #include <string>
 #include <vector>
 
+#include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/ops/quantize.h"
 #include "kiln/ops/shape_ops.h"
 #include "tests/samples/registry.h"
@@ -32,6 +34,21 @@ Tensor scales(int64_t n, uint64_t seed) {
 #define Q_BIAS "(a2 if a2.dim() == 1 and a2.shape[0] == a1.shape[0] else None).double()"
 #define Q_SCALE "(a3 if a3.dim() == 1 and a3.shape[0] == a1.shape[0] else None)"
 #define Q_X4 "(a0 if a0.dim() == 4 else None).double()"
+
+// The weight (a1) and bias (`bias`) as the kernel multiplies them: halved, round half to even,
+// and doubled back where it halves them (uint8 convolutions and every matmul without VNNI).
+std::string q_weight(bool halved) {
+  return halved ? "(torch.round(a1.double() / 2) * 2)" : "a1.double()";
+}
+std::string q_bias(bool halved) {
+  return halved ? "(torch.round(" Q_BIAS " / 2) * 2)" : Q_BIAS;
+}
+bool conv_halves(DType x) {
+  return x == DType::UInt8 && !onednn_exact_int8();
+}
+bool linear_halves() {
+  return !onednn_exact_int8();
+}
 
 // The torch twin of quantize_per_tensor: float32 multiply, round half to even, saturate.
 std::string torch_quantize(double scale, const char* lo, const char* hi, const char* dtype) {
@@ -69,8 +86,10 @@ KILN_REGISTER_OP_SAMPLES("quantized_conv2d", [] {
        [](const std::vector<Tensor>& in) {
          return one(quantized_conv2d(in[0], in[1], in[2], in[3], true, {.padding = 1}));
        },
-       "(F.conv2d(" Q_X4 ", a1.double(), padding=1) + " Q_BIAS ".view(1, -1, 1, 1))"
-       ".float().mul(" Q_SCALE ".view(1, -1, 1, 1)).relu()",
+       "(F.conv2d(" Q_X4 ", " + q_weight(conv_halves(DType::UInt8)) + ", padding=1) + " +
+           q_bias(conv_halves(DType::UInt8)) +
+           ".view(1, -1, 1, 1))"
+           ".float().mul(" Q_SCALE ".view(1, -1, 1, 1)).relu()",
        {},
        false},
       {"int8_strided_groups",
@@ -96,7 +115,8 @@ KILN_REGISTER_OP_SAMPLES("quantized_linear", [] {
        [](const std::vector<Tensor>& in) {
          return one(quantized_linear(in[0], in[1], in[2], in[3], true));
        },
-       "(a0.double() @ a1.double().t() + " Q_BIAS ").float().mul(" Q_SCALE ").relu()",
+       "(a0.double() @ " + q_weight(linear_halves()) + ".t() + " + q_bias(linear_halves()) +
+           ").float().mul(" Q_SCALE ").relu()",
        {},
        false},
       {"int8_batched",
@@ -105,7 +125,8 @@ KILN_REGISTER_OP_SAMPLES("quantized_linear", [] {
        [](const std::vector<Tensor>& in) {
          return one(quantized_linear(in[0], in[1], in[2], in[3], false));
        },
-       "(a0.double() @ a1.double().t() + " Q_BIAS ").float().mul(" Q_SCALE ")",
+       "(a0.double() @ " + q_weight(linear_halves()) + ".t() + " + q_bias(linear_halves()) +
+           ").float().mul(" Q_SCALE ")",
        {},
        false},
   };
