@@ -1,6 +1,7 @@
 // The `kiln` command: train a model from the zoo on a known dataset or the user's own data,
 // evaluate a training directory, classify new inputs with it, watch runs live in the browser
-// (board), print a model summary, write a model's traced graph. `kiln --help` and
+// (board), print a model summary, write a model's traced graph, export a run as a saved-model
+// bundle and inspect or run one. `kiln --help` and
 // `kiln <command> --help` list the flags.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "kiln/core/error.h"
 #include "tools/board/board_server.h"
+#include "tools/bundle_commands.h"
 #include "tools/config_file.h"
 #include "tools/flag_checks.h"
 #include "tools/predict_command.h"
@@ -191,7 +193,9 @@ int main(int argc, char** argv) {
   CLI::App* predict = app.add_subcommand(
       "predict",
       "classify new inputs with a trained run's model (top-k classes and probabilities)");
-  predict->add_option("dir", p.dir, "the --out directory of a training run")->required();
+  predict
+      ->add_option("dir", p.dir, "the --out directory of a training run, or a bundle (kiln export)")
+      ->required();
   predict
       ->add_option("--input", p.inputs,
                    "images (.png, .jpg), .npy arrays or .csv rows, or directories of them")
@@ -205,6 +209,39 @@ int main(int argc, char** argv) {
   predict->add_option("--batch-size", p.batch_size, "inputs per forward pass")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
+
+  kiln::cli::ExportArgs x;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write a training run's model as a saved-model bundle (runs without its code)");
+  export_cmd->add_option("dir", x.dir, "the --out directory of kiln train (or kiln quantize)")
+      ->required();
+  export_cmd->add_option("--out", x.out, "the bundle directory to write")->required();
+  export_cmd
+      ->add_option("--precision", x.precision,
+                   "float32, bf16 or fp16 (traced under autocast); default: the run's own")
+      ->check(CLI::IsMember({"float32", "bf16", "fp16", "int8"}));
+  export_cmd->add_option("--weights", x.weights,
+                         "weights to export instead of the run's last ones (DIR/best.safetensors)");
+  export_cmd->add_flag("--overwrite", x.overwrite, "replace a bundle already at --out");
+
+  std::string inspect_dir, inspect_signature;
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "show a bundle's signatures (as saved_model_cli show --all), files and metadata");
+  inspect->add_option("bundle", inspect_dir, "a saved-model directory (kiln export)")->required();
+  inspect->add_option("--signature", inspect_signature, "show only this signature");
+
+  kiln::cli::RunArgs r;
+  CLI::App* run_cmd =
+      app.add_subcommand("run", "run one signature of a bundle on .npy/.npz arrays");
+  run_cmd->add_option("bundle", r.bundle, "a saved-model directory (kiln export)")->required();
+  run_cmd->add_option("--signature", r.signature, "the signature to run")->capture_default_str();
+  run_cmd
+      ->add_option("--input", r.inputs,
+                   "NAME=FILE.npy, FILE.npz (its arrays by input name), or FILE.npy when the "
+                   "signature has one input")
+      ->required();
+  run_cmd->add_option("--out", r.out, "directory for NAME.npy per output and outputs.npz")
+      ->required();
 
   kiln::cli::BoardArgs b;
   CLI::App* board = app.add_subcommand(
@@ -291,6 +328,9 @@ int main(int argc, char** argv) {
     if (*predict) return kiln::cli::run_predict(p);
     if (*quantize) return kiln::cli::run_quantize(q);
     if (*board) return kiln::cli::run_board(b);
+    if (*export_cmd) return kiln::cli::run_export(x);
+    if (*inspect) return kiln::cli::run_inspect(inspect_dir, inspect_signature);
+    if (*run_cmd) return kiln::cli::run_bundle(r);
     if (*graph) return kiln::cli::run_graph(g);
     return kiln::cli::run_summary(summary_model, summary_data);
   } catch (const kiln::Error& e) {

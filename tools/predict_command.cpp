@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 
 #include "kiln/data/csv.h"
 #include "kiln/data/image.h"
 #include "kiln/io/npy.h"
+#include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
+#include "tools/bundle_commands.h"
 #include "tools/datasets.h"
 #include "tools/run_dir.h"
 #include "tools/run_logs.h"
@@ -129,38 +132,73 @@ struct Prediction {
   std::vector<double> probabilities;
 };
 
-}  // namespace
+// What predict needs of a run or a bundle: how inputs are prepared, and the logits of a batch.
+struct Classifier {
+  DataInfo info;
+  std::string label_column = "label";
+  std::function<Tensor(const Tensor&)> logits;
+};
 
-int run_predict(const PredictArgs& a) {
+Classifier run_classifier(const PredictArgs& a) {
   const std::string ckpt = (fs::path(a.dir) / "checkpoint").string();
   if (!train::checkpoint_exists(ckpt))
     throw Error("[kiln predict] expected a training directory written by `kiln train --out " +
-                a.dir + "`, but " + ckpt + " does not exist");
+                a.dir + "` or a bundle written by `kiln export`, but " + ckpt +
+                " does not exist and there is no saved_model.json");
   const RecordedRun run = recorded_run(train::read_checkpoint_metadata(ckpt));
-  const DataInfo& info = run.info;
+  std::shared_ptr<nn::Module> model = load_run_model(ckpt, run, a.weights);
+  // In the precision the run trained in (softmax runs in float32 under autocast).
+  const std::optional<DType> dt =
+      train::precision_compute_dtype(train::parse_precision(run.precision));
+  return {run.info, run.data.label_column, [model, dt](const Tensor& x) {
+            std::optional<AutocastGuard> region;
+            if (dt) region.emplace(*dt);
+            return (*model)(x);
+          }};
+}
+
+// A bundle carries its data description (assets/data_info.json) and computes in the precision
+// it was exported in; its logits are read as float32.
+Classifier bundle_classifier(const PredictArgs& a) {
+  if (!a.weights.empty())
+    throw Error("[kiln predict] --weights applies to a training directory; " + a.dir +
+                " is a bundle, whose weights are part of it");
+  auto bundle = std::make_shared<io::SavedModel>(io::load_model(a.dir));
+  Classifier c;
+  try {
+    c.info = DataInfo::from_json(nlohmann::json::parse(bundle->asset("data_info.json")));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[kiln predict] " + a.dir +
+                "/assets/data_info.json is not valid JSON: " + e.what());
+  }
+  const nlohmann::json& meta = bundle->info().metadata;
+  if (meta.contains("label_column") && meta["label_column"].is_string())
+    c.label_column = meta["label_column"];
+  c.logits = [bundle](const Tensor& x) { return (*bundle)({x})[0].to(DType::Float32); };
+  return c;
+}
+
+}  // namespace
+
+int run_predict(const PredictArgs& a) {
+  const Classifier model = is_bundle_dir(a.dir) ? bundle_classifier(a) : run_classifier(a);
+  const DataInfo& info = model.info;
   const std::string out_ext = lower_extension(a.out);
   if (!a.out.empty() && out_ext != ".json" && out_ext != ".csv")
     throw Error("[kiln predict] expected --out to end in .json or .csv, but got " + a.out);
-  auto model = load_run_model(ckpt, run, a.weights);
   const int64_t k = std::min<int64_t>(a.top_k, info.classes());
 
   std::vector<Sample> samples;
   for (const std::string& input : a.inputs)
-    for (const fs::path& file : expand(input))
-      read_file(file, info, run.data.label_column, samples);
+    for (const fs::path& file : expand(input)) read_file(file, info, model.label_column, samples);
 
   NoGradGuard no_grad;
-  // In the precision the run trained in (softmax runs in float32 under autocast).
-  std::optional<AutocastGuard> region;
-  if (const std::optional<DType> dt =
-          train::precision_compute_dtype(train::parse_precision(run.precision)))
-    region.emplace(*dt);
   std::vector<Prediction> predictions;
   for (size_t begin = 0; begin < samples.size(); begin += static_cast<size_t>(a.batch_size)) {
     const size_t end = std::min(samples.size(), begin + static_cast<size_t>(a.batch_size));
     std::vector<Tensor> batch;
     for (size_t i = begin; i < end; ++i) batch.push_back(samples[i].input);
-    const Tensor probs = softmax((*model)(stack(batch, 0)), 1);
+    const Tensor probs = softmax(model.logits(stack(batch, 0)), 1);
     const int64_t classes = probs.size(1);
     const std::vector<float> p = contiguous(probs).to_vector<float>();
     for (size_t i = 0; i < end - begin; ++i) {
