@@ -82,7 +82,8 @@ mv "$tmp/run.away" "$tmp/run"
 
 # --- bf16: traced under autocast --------------------------------------------------------------------
 "$kiln" export "$tmp/run" --precision bf16 --out "$tmp/bundle16" >"$tmp/export16.log"
-"$kiln" inspect "$tmp/bundle16" | grep -q "precision bf16-autocast" || fail "the bf16 bundle's precision"
+"$kiln" inspect "$tmp/bundle16" >"$tmp/inspect16.txt"  # (grep -q on a pipe would cut it off)
+grep -q "precision bf16-autocast" "$tmp/inspect16.txt" || fail "the bf16 bundle's precision"
 grep -q "to_dtype" "$tmp/bundle16/graphs.json" || fail "the bf16 graph has no casts"
 "$kiln" predict "$tmp/bundle16" --input "$tmp/images.npy" --out "$tmp/bundle16.json" >/dev/null
 echo "kiln command (export, inspect, run, predict on bundles): all checks passed"
