@@ -19,6 +19,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/ops/factories.h"
 #include "kiln/ops/shape_ops.h"
+#include "tests/io/numpy_support.h"
 #include "tests/io/temp_files.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
@@ -31,20 +32,12 @@ using test::error_of;
 using test::expect_contains;
 using test::expect_error;
 using testing::bytes_of;
+using testing::kPython;
+using testing::numpy_available;
+using testing::raw_bytes;
 using testing::read_text;
 using testing::TempRoot;
 using testing::write_text;
-
-// Debian's interpreter (python3-numpy); the first python3 on PATH does not see Debian's packages.
-constexpr const char* kPython = "/usr/bin/python3";
-
-// The elements of t in C order, as raw bytes.
-std::string raw_bytes(const Tensor& t) {
-  NoGradGuard no_grad;
-  const Tensor c = contiguous(t);
-  if (c.numel() == 0) return "";
-  return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
-}
 
 // A .npy file (version `major`.0) with `dict` as its header, padded like NumPy's, then `data`.
 std::string npy_file(const std::string& dict, const std::string& data = "", int major = 1) {
@@ -167,20 +160,6 @@ else:
     print('ERRORS' if errors else 'OK', len(cases))
     sys.exit(1 if errors else 0)
 )PY";
-
-// Writes the script into `dir`; skips the test when NumPy is not there.
-bool numpy_available(std::string& why) {
-  if (!fs::exists(kPython)) {
-    why = std::string(kPython) + " is missing; install Debian's python3-numpy";
-    return false;
-  }
-  std::string out;
-  if (run(std::string(kPython) + " -c 'import numpy'", out) != 0) {
-    why = std::string(kPython) + " cannot import numpy (install python3-numpy): " + out;
-    return false;
-  }
-  return true;
-}
 
 std::string run_script(const TempRoot& dir, const std::string& mode, int& rc) {
   write_text(dir / "npy_parity.py", kNumpyScript);
