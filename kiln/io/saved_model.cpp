@@ -3,16 +3,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <set>
 #include <unordered_map>
 
+#include "kiln/autograd/engine.h"
 #include "kiln/core/grad_mode.h"
 #include "kiln/core/version.h"
 #include "kiln/graph/serialize.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/saved_model_format.h"
 #include "kiln/nn/traced.h"
+#include "kiln/ops/binary.h"
+#include "kiln/ops/factories.h"
 
 namespace kiln::io {
 
@@ -131,33 +135,36 @@ std::string TensorInfo::describe() const {
   return fmt::format("{}: {}[{}]", name, dtype_name(dtype), dims);
 }
 
-void save_model(const std::vector<ExportedFunction>& functions, const std::string& dir_in,
-                const SaveModelOptions& options, const Loc& loc) {
-  const char* op = "save_model";
+namespace {
+
+// One signature to write: its graph, output names and gradients (output -> captured tensor).
+struct Entry {
+  std::string signature, method;
+  const graph::Graph* graph = nullptr;
+  std::vector<std::string> output_names;  // empty: "output_0", ...
+  std::vector<std::pair<std::string, Tensor>> gradients;
+};
+
+void write_bundle(const std::vector<Entry>& entries, const std::string& dir_in,
+                  const SaveModelOptions& options, const char* op, const Loc& loc) {
   const std::string dir = normalize_dir_path(dir_in, format::layout(), op, loc);
   check_options(options, op, loc);
-  if (functions.empty()) fail(op, loc, "no signatures to save into '{}'", dir);
+  if (entries.empty()) fail(op, loc, "no signatures to save into '{}'", dir);
 
   // Everything is serialized before the first file is touched: a failure here costs nothing.
   Variables variables;
   Json graphs = Json::object(), signatures = Json::object();
-  for (const ExportedFunction& f : functions) {
-    const std::string& sig = f.signature;
+  for (const Entry& e : entries) {
+    const std::string& sig = e.signature;
+    const graph::Graph& g = *e.graph;
     if (sig.empty()) fail(op, loc, "a signature name is empty");
     if (signatures.contains(sig)) fail(op, loc, "the signature '{}' is given twice", sig);
-    if (f.method.empty()) fail(op, loc, "the signature '{}' has an empty method", sig);
-    const auto traced = f.function.graphs();
-    if (traced.empty())
-      fail(op, loc,
-           "the function '{}' of signature '{}' has not been traced: make it with a signature "
-           "(graph::function(fn, specs) or nn::function(model, specs)), which traces it at once",
-           f.function.name(), sig);
-    const graph::Graph& g = *traced.front();
-    if (!f.output_names.empty() && f.output_names.size() != g.outputs.size())
+    if (e.method.empty()) fail(op, loc, "the signature '{}' has an empty method", sig);
+    if (!e.output_names.empty() && e.output_names.size() != g.outputs.size())
       fail(op, loc, "the signature '{}' names {} outputs, but its graph '{}' returns {}", sig,
-           f.output_names.size(), g.name, g.outputs.size());
+           e.output_names.size(), g.name, g.outputs.size());
     Json inputs = Json::array(), outputs = Json::array(), captures = Json::array();
-    std::set<std::string> names;
+    std::set<std::string> names, output_names;
     auto add_name = [&](const std::string& name) {
       if (!names.insert(name).second)
         fail(op, loc, "the signature '{}' has two inputs or outputs called '{}'", sig, name);
@@ -170,15 +177,30 @@ void save_model(const std::vector<ExportedFunction>& functions, const std::strin
     }
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const std::string name =
-          f.output_names.empty() ? fmt::format("output_{}", i) : f.output_names[i];
+          e.output_names.empty() ? fmt::format("output_{}", i) : e.output_names[i];
       if (name.empty()) fail(op, loc, "the signature '{}' has an empty output name", sig);
       outputs.push_back(format::tensor_info_json(info_of(g.value(g.outputs[i]), add_name(name))));
+      output_names.insert(name);
     }
     for (const graph::Capture& c : g.captures)
       captures.push_back(variables.key_for(c.tensor, g.value(c.value).name));
+    Json gradients = Json::object();
+    for (const auto& [output, tensor] : e.gradients) {
+      if (!output_names.count(output))
+        fail(op, loc, "the signature '{}' has no output '{}' to be a gradient", sig, output);
+      auto it = std::find_if(g.captures.begin(), g.captures.end(),
+                             [&](const graph::Capture& c) { return c.tensor.is_same(tensor); });
+      if (it == g.captures.end())
+        fail(op, loc,
+             "the output '{}' of signature '{}' is the gradient of a tensor its graph does not "
+             "capture",
+             output, sig);
+      gradients[output] = variables.key_for(it->tensor, g.value(it->value).name);
+    }
     graphs[sig] = graph::to_json(g);
     signatures[sig] = {
-        {"method", f.method}, {"inputs", inputs}, {"outputs", outputs}, {"captures", captures}};
+        {"method", e.method}, {"inputs", inputs}, {"outputs", outputs}, {"captures", captures}};
+    if (!gradients.empty()) signatures[sig]["gradients"] = gradients;
   }
   const std::vector<uint8_t> variable_bytes =
       serialize_safetensors(variables.tensors(), {{"format", "kiln.saved_model"}}, loc);
@@ -214,24 +236,125 @@ void save_model(const std::vector<ExportedFunction>& functions, const std::strin
   transaction.commit();
 }
 
-void save_model(nn::Module& model, const std::vector<graph::TensorSpec>& inputs,
-                const std::string& dir, const SaveModelOptions& options, const Loc& loc) {
-  std::vector<std::pair<nn::Module*, bool>> modes;
-  for (const auto& [name, m] : model.named_modules()) modes.emplace_back(m, m->is_training());
-  struct Restore {
-    std::vector<std::pair<nn::Module*, bool>>& modes;
-    ~Restore() {
-      for (auto& [m, training] : modes) m->train(training);  // parents first: children last
+// Restores every module's train/eval mode when it dies.
+class ModeRestore {
+ public:
+  explicit ModeRestore(nn::Module& model) {
+    for (const auto& [name, m] : model.named_modules()) modes_.emplace_back(m, m->is_training());
+  }
+  ~ModeRestore() {
+    for (auto& [m, training] : modes_) m->train(training);  // parents first: children last
+  }
+  ModeRestore(const ModeRestore&) = delete;
+  ModeRestore& operator=(const ModeRestore&) = delete;
+
+ private:
+  std::vector<std::pair<nn::Module*, bool>> modes_;
+};
+
+}  // namespace
+
+void save_model(const std::vector<ExportedFunction>& functions, const std::string& dir,
+                const SaveModelOptions& options, const Loc& loc) {
+  const char* op = "save_model";
+  std::vector<std::shared_ptr<const graph::Graph>> keep;
+  std::vector<Entry> entries;
+  for (const ExportedFunction& f : functions) {
+    const auto traced = f.function.graphs();
+    if (traced.empty())
+      fail(op, loc,
+           "the function '{}' of signature '{}' has not been traced: make it with a signature "
+           "(graph::function(fn, specs) or nn::function(model, specs)), which traces it at once",
+           f.function.name(), f.signature);
+    keep.push_back(traced.front());
+    entries.push_back({f.signature, f.method, traced.front().get(), f.output_names, f.gradients});
+  }
+  write_bundle(entries, dir, options, op, loc);
+}
+
+void save_model(const SavedModel& model, const std::string& dir, const Loc& loc) {
+  const SavedModel::State& state = model.state();
+  std::vector<Entry> entries;
+  for (const SignatureDef& s : state.signatures) {
+    Entry e{s.name, s.method, &state.graphs.at(s.name), {}, {}};
+    for (const TensorInfo& t : s.outputs) e.output_names.push_back(t.name);
+    for (const auto& [output, variable] : s.gradients) {
+      auto it = std::find_if(state.variables.begin(), state.variables.end(),
+                             [&](const auto& v) { return v.first == variable; });
+      e.gradients.emplace_back(output, it->second);
     }
-  } restore{modes};
+    entries.push_back(std::move(e));
+  }
+  SaveModelOptions options{
+      .precision = state.info.precision, .assets = state.assets, .metadata = state.info.metadata};
+  write_bundle(entries, dir, options, "save_model", loc);
+}
+
+ExportedFunction serving_function(nn::Module& model, const std::vector<graph::TensorSpec>& inputs,
+                                  const Loc& loc) {
+  ModeRestore restore(model);
   model.eval();
   NoGradGuard no_grad;
   graph::FunctionOptions fo;
   fo.name = model.type_name();
   fo.capture_name = nn::state_names(model);
   fo.on_retrace = graph::RetracePolicy::kSilent;
-  const graph::Function f = nn::function(model, inputs, fo, loc);
-  save_model({ExportedFunction{.signature = "serving_default", .function = f}}, dir, options, loc);
+  return ExportedFunction{.signature = "serving_default",
+                          .function = nn::function(model, inputs, fo, loc)};
+}
+
+ExportedFunction training_function(nn::Module& model, TrainingLoss loss,
+                                   const std::vector<graph::TensorSpec>& inputs,
+                                   const graph::TensorSpec& target, const std::string& signature,
+                                   const Loc& loc) {
+  const char* op = "training_function";
+  if (!loss) fail(op, loc, "no loss function given");
+  if (inputs.empty()) fail(op, loc, "the model needs at least one input spec");
+  std::vector<Tensor> params;
+  std::vector<std::string> names = {"loss"};
+  const auto state_name = nn::state_names(model);
+  for (const Tensor& p : model.parameters())
+    if (p.requires_grad()) {
+      params.push_back(p);
+      names.push_back("gradient/" + state_name(p));
+    }
+  if (params.empty()) fail(op, loc, "the model has no parameter that requires grad");
+  ModeRestore restore(model);
+  model.train();
+  EnableGradGuard grad_mode;
+  graph::FunctionOptions fo;
+  fo.name = model.type_name() + "_train_step";
+  fo.capture_name = state_name;
+  fo.on_retrace = graph::RetracePolicy::kSilent;
+  fo.record_tape = false;  // the graph computes its own gradients
+  std::vector<graph::TensorSpec> specs = inputs;
+  specs.push_back(target);
+  const size_t n_inputs = inputs.size();
+  nn::Module* m = &model;
+  graph::Function f = graph::function(
+      [m, loss, params, n_inputs](const std::vector<Tensor>& in) {
+        const std::vector<Tensor> args(in.begin(), in.begin() + static_cast<long>(n_inputs));
+        const Tensor out = (*m)(args)[0];
+        Tensor total = loss(out, in[n_inputs]);
+        const Tensor penalty = m->regularization_loss();
+        if (penalty.defined()) total = add(total, penalty);
+        std::vector<Tensor> grads = kiln::grad({total}, params, {}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+        std::vector<Tensor> result = {total};
+        for (size_t i = 0; i < grads.size(); ++i)
+          result.push_back(grads[i].defined() ? grads[i] : zeros_like(params[i]));
+        return result;
+      },
+      specs, fo, loc);
+  ExportedFunction e{
+      .signature = signature, .function = f, .output_names = names, .method = "train"};
+  for (size_t i = 0; i < params.size(); ++i) e.gradients.emplace_back(names[i + 1], params[i]);
+  return e;
+}
+
+void save_model(nn::Module& model, const std::vector<graph::TensorSpec>& inputs,
+                const std::string& dir, const SaveModelOptions& options, const Loc& loc) {
+  save_model({serving_function(model, inputs, loc)}, dir, options, loc);
 }
 
 }  // namespace kiln::io

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -49,10 +50,12 @@ struct TensorInfo {
 };
 
 struct SignatureDef {
-  std::string name;  // "serving_default"
-  std::string method = "predict";
+  std::string name;                // "serving_default"
+  std::string method = "predict";  // "train" for a training signature
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
+  // A training signature's gradients: output name -> the variable it is the gradient of.
+  std::vector<std::pair<std::string, std::string>> gradients = {};
 };
 
 // One signature to save: a function traced with a signature (graph::function(fn, specs), or
@@ -62,7 +65,38 @@ struct ExportedFunction {
   graph::Function function;
   std::vector<std::string> output_names = {};  // empty: "output_0", "output_1", ...
   std::string method = "predict";
+  // Note [training signatures]: outputs that are the gradient of a captured tensor (output name,
+  // the tensor); the loaded bundle's train_step accumulates them into those variables' .grad.
+  std::vector<std::pair<std::string, Tensor>> gradients = {};
 };
+
+// Note [training signatures]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A bundle may hold a training step beside its inference graph (as a TF SavedModel may hold a
+// "train" function), so that a loaded model can be fine-tuned without its code:
+// training_function traces, in train mode, (inputs..., target) -> the loss (the model's
+// regularization included) and the gradient of the loss with respect to every parameter that
+// requires grad (Note [traced gradients]), named "loss" and "gradient/<parameter name>". Its
+// graph shares the parameters with serving_default (one variable each) and computes batch-norm
+// statistics and dropout as eager training does (Note [effects]). The loaded bundle's
+// trainable_variables() are those parameters, as leaf tensors that require grad, so any kiln
+// optimizer takes them; train_step(signature, inputs) runs the step and accumulates each
+// gradient into its variable's .grad, as backward() would; optimizer.step() then updates the
+// variables every signature captures, and save_model(loaded, dir) writes the fine-tuned bundle.
+// The optimizer is the caller's (its state is not part of the bundle).
+
+// The serving_default of save_model(model, inputs, dir): `model` in eval mode without gradients
+// (its modes are restored afterwards), outputs "output_0", ...
+ExportedFunction serving_function(nn::Module& model, const std::vector<graph::TensorSpec>& inputs,
+                                  const Loc& loc = Loc::current());
+
+using TrainingLoss = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+// A training signature (Note [training signatures]) called `signature`, method "train".
+ExportedFunction training_function(nn::Module& model, TrainingLoss loss,
+                                   const std::vector<graph::TensorSpec>& inputs,
+                                   const graph::TensorSpec& target,
+                                   const std::string& signature = "train",
+                                   const Loc& loc = Loc::current());
 
 // What a bundle records beside its signatures.
 struct SaveModelOptions {
@@ -117,17 +151,32 @@ class SavedModel {
     return run("serving_default", inputs, loc);
   }
 
+  // Every variable the graphs capture, by name: the live tensors, shared by every signature.
+  const std::vector<std::pair<std::string, Tensor>>& variables() const;
+  // The variables a training signature has gradients for (Note [training signatures]): leaf
+  // tensors that require grad, for an optimizer.
+  std::vector<Tensor> trainable_variables() const;
+  // Runs the training signature `signature` and accumulates its gradients into the trainable
+  // variables' .grad; returns the loss (its "loss" output, or its first).
+  Tensor train_step(const std::string& signature, const std::vector<Tensor>& inputs,
+                    const Loc& loc = Loc::current()) const;
+
   std::vector<std::string> asset_names() const;
   // The content of assets/`name`; an error lists the assets.
   const std::string& asset(const std::string& name, const Loc& loc = Loc::current()) const;
 
   struct State;
   explicit SavedModel(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  const State& state() const { return *state_; }
 
  private:
   std::shared_ptr<const State> state_;
 };
 
 SavedModel load_model(const std::string& dir, const Loc& loc = Loc::current());
+
+// Writes `model`'s graphs, signatures, assets and metadata with its variables as they are now (a
+// fine-tuned bundle; Note [training signatures]) as a new bundle at `dir`.
+void save_model(const SavedModel& model, const std::string& dir, const Loc& loc = Loc::current());
 
 }  // namespace kiln::io

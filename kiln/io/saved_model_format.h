@@ -1,5 +1,6 @@
 #pragma once
 // The on-disk format of Note [saved model], shared by its writer and its reader.
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -7,6 +8,21 @@
 #include "kiln/io/dir_transaction.h"
 #include "kiln/io/manifest.h"
 #include "kiln/io/saved_model.h"
+
+namespace kiln::io {
+
+// A loaded bundle (saved_model_load.cpp); save_model(const SavedModel&) writes one back.
+struct SavedModel::State {
+  std::string dir;
+  SavedModelInfo info;
+  std::vector<SignatureDef> signatures;
+  std::map<std::string, graph::Graph> graphs;  // by signature
+  std::vector<std::pair<std::string, Tensor>> variables;
+  std::vector<Tensor> trainable;  // in the order of `variables`
+  std::map<std::string, std::string> assets;
+};
+
+}  // namespace kiln::io
 
 namespace kiln::io::saved_model_format {
 

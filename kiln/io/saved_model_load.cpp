@@ -1,27 +1,22 @@
 // Loading a saved-model bundle (Note [saved model]) and running its signatures.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
+#include "kiln/core/grad_mode.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/serialize.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/io/saved_model_format.h"
+#include "kiln/ops/binary.h"
 
 namespace kiln::io {
 
 namespace format = saved_model_format;
 using Json = nlohmann::json;
-
-struct SavedModel::State {
-  std::string dir;
-  SavedModelInfo info;
-  std::vector<SignatureDef> signatures;
-  std::map<std::string, graph::Graph> graphs;  // by signature
-  std::map<std::string, std::string> assets;
-};
 
 namespace {
 
@@ -162,7 +157,8 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
       parse_safetensors(r.file(format::kVariablesFile), variables_path, loc);
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : variables.tensors) by_name.emplace(name, &t);
-  std::set<std::string> used;
+  std::set<std::string> used, trainable;
+  std::vector<std::string> trainable_order;
 
   const Json& signatures = m.field(j, "signatures", "the saved model");
   if (!signatures.is_object() || signatures.empty())
@@ -179,6 +175,7 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
       sig.outputs.push_back(
           r.tensor_info(t, where + " output " + std::to_string(sig.outputs.size())));
     std::vector<Tensor> captures;
+    std::vector<std::string> captures_of;
     for (const Json& c : r.array(s, "captures", where)) {
       if (!c.is_string()) m.error("{} \"captures\" holds {}, not a variable name", where, c.dump());
       auto it = by_name.find(c.get<std::string>());
@@ -186,6 +183,7 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
         fail(kOp, loc, "'{}': {} captures the variable '{}', which '{}' does not hold",
              manifest_path, where, c.get<std::string>(), variables_path);
       captures.push_back(*it->second);
+      captures_of.push_back(it->first);
       used.insert(it->first);
     }
     if (!graphs.contains(name)) fail(kOp, loc, "'{}' has no graph for the {}", graphs_path, where);
@@ -212,6 +210,45 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
     };
     for (size_t i = 0; i < g.inputs.size(); ++i) check(sig.inputs[i], g.inputs[i], "input", i);
     for (size_t i = 0; i < g.outputs.size(); ++i) check(sig.outputs[i], g.outputs[i], "output", i);
+    // Note [training signatures]: each gradient is an output of its variable's dtype and shape,
+    // of a variable this signature captures (format version 1 bundles may have none).
+    if (s.contains("gradients")) {
+      const Json& grads = s["gradients"];
+      if (!grads.is_object()) m.error("expected {} \"gradients\" to be an object", where);
+      for (const auto& [output, variable] : grads.items()) {
+        if (!variable.is_string())
+          m.error("{} gradient '{}': expected a variable name, but got {}", where, output,
+                  variable.dump());
+        const std::string var = variable.get<std::string>();
+        auto out = std::find_if(sig.outputs.begin(), sig.outputs.end(),
+                                [&](const TensorInfo& t) { return t.name == output; });
+        if (out == sig.outputs.end())
+          m.error("{} lists the gradient '{}', which is none of its outputs", where, output);
+        auto captured = std::find(captures_of.begin(), captures_of.end(), var);
+        if (captured == captures_of.end())
+          m.error("{} gradient '{}' is of '{}', which the signature does not capture", where,
+                  output, var);
+        const Tensor& t = *by_name.at(var);
+        const graph::Value& v = g.value(g.outputs[static_cast<size_t>(out - sig.outputs.begin())]);
+        bool same = v.dtype == t.dtype() && v.shape.size() == t.shape().size();
+        for (size_t d = 0; same && d < v.shape.size(); ++d)
+          same = !v.shape[d].is_symbolic() && v.shape[d].size == t.shape()[d];
+        if (!same)
+          m.error("{} gradient '{}' is {}, but the variable '{}' is {}[{}]", where, output,
+                  value_text(v), var, dtype_name(t.dtype()), fmt::join(t.shape(), ", "));
+        sig.gradients.emplace_back(output, var);
+      }
+      // In the order of the outputs (the model's parameters, for training_function).
+      auto index = [&](const std::string& output) {
+        return std::find_if(sig.outputs.begin(), sig.outputs.end(),
+                            [&](const TensorInfo& t) { return t.name == output; }) -
+               sig.outputs.begin();
+      };
+      std::sort(sig.gradients.begin(), sig.gradients.end(),
+                [&](const auto& a, const auto& b) { return index(a.first) < index(b.first); });
+      for (const auto& [output, var] : sig.gradients)
+        if (trainable.insert(var).second) trainable_order.push_back(var);
+    }
     state->graphs.emplace(name, std::move(g));
     state->signatures.push_back(std::move(sig));
   }
@@ -221,6 +258,13 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
   for (const auto& [name, t] : variables.tensors)
     if (!used.count(name))
       fail(kOp, loc, "'{}' holds '{}', which no signature captures", variables_path, name);
+
+  for (const auto& [name, t] : variables.tensors) state->variables.emplace_back(name, t);
+  for (const std::string& name : trainable_order) {
+    Tensor leaf = *by_name.at(name);
+    leaf.set_requires_grad(true, loc);
+    state->trainable.push_back(leaf);
+  }
 
   for (const Json& a : assets) {
     const std::string name = a.get<std::string>();
@@ -288,6 +332,43 @@ std::vector<std::pair<std::string, Tensor>> SavedModel::run_named(
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < out.size(); ++i) named.emplace_back(s.outputs[i].name, out[i]);
   return named;
+}
+
+const std::vector<std::pair<std::string, Tensor>>& SavedModel::variables() const {
+  return state_->variables;
+}
+
+std::vector<Tensor> SavedModel::trainable_variables() const {
+  return state_->trainable;
+}
+
+Tensor SavedModel::train_step(const std::string& sig, const std::vector<Tensor>& inputs,
+                              const Loc& loc) const {
+  const SignatureDef& s = signature(sig, loc);
+  if (s.gradients.empty())
+    fail("SavedModel", loc,
+         "the signature '{}' (method \"{}\") computes no gradients: train_step runs a training "
+         "signature (Note [training signatures])",
+         sig, s.method);
+  std::vector<Tensor> out;
+  {
+    NoGradGuard no_grad;  // the graph computes its own gradients
+    out = run(sig, inputs, loc);
+  }
+  size_t loss = 0;
+  for (size_t i = 0; i < s.outputs.size(); ++i)
+    if (s.outputs[i].name == "loss") loss = i;
+  NoGradGuard no_grad;
+  for (const auto& [output, variable] : s.gradients) {
+    size_t o = 0;
+    while (s.outputs[o].name != output) ++o;
+    auto v = std::find_if(state_->variables.begin(), state_->variables.end(),
+                          [&](const auto& p) { return p.first == variable; });
+    Tensor param = v->second;
+    const Tensor g = param.grad();
+    param.set_grad(g.defined() ? add(g, out[o], loc) : out[o]);  // accumulates, as backward does
+  }
+  return out[loss];
 }
 
 std::vector<std::string> SavedModel::asset_names() const {
