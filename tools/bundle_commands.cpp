@@ -139,6 +139,22 @@ int run_export(const ExportArgs& a) {
         .function = nn::function(model, {graph::TensorSpec(dims, DType::Float32, "x")}, fo),
         .output_names = {"logits"}};
   }();
+  std::vector<io::ExportedFunction> functions = {serving};
+  if (a.with_training) {
+    if (precision != "float32")
+      throw Error(
+          "[kiln export] --with-training exports a float32 training step, but this export "
+          "is " +
+          precision + " (pass --precision float32)");
+    const double smoothing = run.label_smoothing;
+    functions.push_back(io::training_function(
+        *model,
+        [smoothing](const Tensor& logits, const Tensor& target) {
+          return cross_entropy(logits, target, Tensor(), -100, Reduction::Mean, smoothing);
+        },
+        {graph::TensorSpec(dims, DType::Float32, "x")},
+        graph::TensorSpec({graph::Dim{0, "batch"}}, DType::Int64, "target")));
+  }
   std::string classes;
   for (const std::string& c : info.class_names) classes += c + "\n";
   io::SaveModelOptions options;
@@ -149,7 +165,7 @@ int run_export(const ExportArgs& a) {
                       {"label_column", run.data.label_column},
                       {"source", fs::absolute(a.dir).lexically_normal().string()},
                       {"weights", a.weights.empty() ? "last" : a.weights}};
-  io::save_model({serving}, a.out, options);
+  io::save_model(functions, a.out, options);
 
   const io::SavedModel bundle = io::load_model(a.out);  // what was written loads
   const io::SignatureDef& sig = bundle.signature("serving_default");
@@ -159,6 +175,9 @@ int run_export(const ExportArgs& a) {
                            precision, a.out, static_cast<double>(bytes) / 1e6);
   std::cout << fmt::format("  serving_default: {} -> {}\n", sig.inputs[0].describe(),
                            sig.outputs[0].describe());
+  if (a.with_training)
+    std::cout << fmt::format("  train: x, target -> loss and the gradients of {} parameters\n",
+                             bundle.signature("train").gradients.size());
   return 0;
 }
 
@@ -201,10 +220,18 @@ int run_bundle(const RunArgs& a) {
   if (ec) throw Error("[kiln run] cannot create --out " + a.out + ": " + ec.message());
   io::NamedArrays arrays;
   for (auto& [name, t] : outputs) {
-    if (name.find('/') != std::string::npos || name == "." || name == "..")
-      throw Error("[kiln run] the output name '" + name + "' cannot name a file");
+    // A '/' makes a folder ("gradient/fc1.weight" -> OUT/gradient/fc1.weight.npy), as in .npz.
+    const fs::path relative(name);
+    bool plain_parts = !name.empty() && name.front() != '/' && name.back() != '/';
+    for (const fs::path& part : relative)
+      plain_parts &= !part.empty() && part != "." && part != "..";
+    if (!plain_parts) throw Error("[kiln run] the output name '" + name + "' cannot name a file");
     Tensor plain = t.dtype() == DType::BFloat16 ? t.to(DType::Float32) : t;
-    const std::string path = (fs::path(a.out) / (name + ".npy")).string();
+    const fs::path file = fs::path(a.out) / (name + ".npy");
+    fs::create_directories(file.parent_path(), ec);
+    if (ec)
+      throw Error("[kiln run] cannot create " + file.parent_path().string() + ": " + ec.message());
+    const std::string path = file.string();
     io::write_npy(path, plain);
     std::cout << fmt::format("{}: {}{}{} -> {}\n", name, dtype_name(t.dtype()),
                              shape_str(t.shape()),

@@ -20,6 +20,9 @@ struct ExportArgs {
   std::string precision;  // empty: the run's own; "float32", "bf16" or "fp16" (autocast)
   std::string weights;    // a .safetensors file of the run instead of its last weights
   bool overwrite = false;
+  // Adds the signature "train" (Note [training signatures]): the run's loss and its gradients,
+  // so the bundle can be fine-tuned. float32 only.
+  bool with_training = false;
 };
 
 struct RunArgs {

@@ -223,6 +223,8 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--weights", x.weights,
                          "weights to export instead of the run's last ones (DIR/best.safetensors)");
   export_cmd->add_flag("--overwrite", x.overwrite, "replace a bundle already at --out");
+  export_cmd->add_flag("--with-training", x.with_training,
+                       "add a \"train\" signature (loss and gradients) for fine-tuning (float32)");
 
   std::string inspect_dir, inspect_signature;
   CLI::App* inspect = app.add_subcommand(

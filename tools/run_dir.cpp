@@ -149,6 +149,7 @@ RecordedRun recorded_run(const nlohmann::json& meta) {
   run.model = a.model;
   run.data = data_args(a);
   run.precision = a.precision;
+  run.label_smoothing = a.label_smoothing;
   if (meta.contains("quantization")) run.quantization = meta["quantization"];
   run.info =
       meta.contains("data_info") ? DataInfo::from_json(meta["data_info"]) : data_info(a.data);

@@ -42,6 +42,7 @@ struct RecordedRun {
   DataArgs data;
   DataInfo info;
   std::string precision = "float32";  // --precision (Note [training precision])
+  double label_smoothing = 0.0;       // the loss's, for a bundle's training signature
   // A copy written by `kiln quantize`: nn::quantization_spec of its model; null otherwise.
   nlohmann::json quantization;
 };

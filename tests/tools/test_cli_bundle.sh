@@ -71,6 +71,34 @@ expect_error "NAME=FILE takes a .npy file" run "$tmp/bundle" --input x="$tmp/inp
 printf 'not a zip' >"$tmp/bad.npz"
 expect_error "not a zip archive" run "$tmp/bundle" --input "$tmp/bad.npz" --out "$tmp/o"
 
+# --- a bundle with a training signature: its loss and gradients through kiln run -----------------
+"$kiln" export "$tmp/run" --out "$tmp/bundle_train" --with-training >"$tmp/export_t.log" ||
+  fail "export --with-training: $(cat "$tmp/export_t.log")"
+grep -Eq "train: x, target -> loss and the gradients of [0-9]+ parameters" "$tmp/export_t.log" ||
+  fail "export --with-training printed: $(cat "$tmp/export_t.log")"
+"$kiln" inspect "$tmp/bundle_train" --signature train >"$tmp/inspect_t.txt"
+for line in "signature_def['train']:" "    inputs['target'] tensor_info:" "        dtype: int64" \
+  "    outputs['loss'] tensor_info:" "    outputs['gradient/fc2.weight'] tensor_info:" \
+  "  Method name is: train"; do
+  grep -qxF -- "$line" "$tmp/inspect_t.txt" || fail "inspect lacks the line '$line': $(cat "$tmp/inspect_t.txt")"
+done
+"$py" -c "import numpy as np, sys; np.save(sys.argv[1], np.array([0, 3, 9, 1, 1], np.int64))" "$tmp/target.npy"
+"$kiln" run "$tmp/bundle_train" --signature train --input x="$tmp/x.npy" --input target="$tmp/target.npy" \
+  --out "$tmp/out_t" >"$tmp/run_t.log" 2>&1 || fail "run --signature train: $(cat "$tmp/run_t.log")"
+"$py" - "$tmp" <<'PY' || fail "the training signature's outputs are wrong"
+import sys, numpy as np
+d = sys.argv[1]
+with np.load(d + "/out_t/outputs.npz", allow_pickle=False) as z:
+    names = z.files
+    loss = z["loss"]
+    g = z["gradient/fc2.weight"]
+assert loss.shape == () and np.isfinite(loss) and loss > 0, loss
+assert g.ndim == 2 and g.shape[0] == 10, g.shape
+assert np.isfinite(g).all() and np.abs(g).sum() > 0
+assert len([n for n in names if n.startswith("gradient/")]) >= 10, names
+PY
+expect_error "exports a float32 training step" export "$tmp/run" --out "$tmp/bundle_t16" --with-training --precision bf16
+
 # --- predict: the bundle classifies as the run does, without the run directory ---------------------
 "$kiln" predict "$tmp/run" --input "$tmp/images.npy" --top-k 3 --out "$tmp/run_pred.json" >/dev/null
 mv "$tmp/run" "$tmp/run.away"  # the bundle needs nothing of the run
