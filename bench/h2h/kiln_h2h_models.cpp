@@ -12,6 +12,7 @@
 #include "bench/h2h/h2h_common.h"
 #include "bench/h2h/resnet_training.h"
 #include "kiln/backend/onednn/cpu_isa.h"
+#include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 
 namespace h2h {
@@ -165,6 +166,17 @@ json run_infer(const Options& o) {
   results["resnet18_infer_b64@compiled"] =
       time_workload([&] { Tensor y = compiled({x64})[0]; }, b64).to_json();
   log("compiled resnet18 inference done (" + std::to_string(compiled.stats().traces) + " trace)");
+  // The same model saved as a bundle and loaded (issue 39): what a deployed program runs.
+  const std::string bundle_dir = o.dir + "/resnet18_bundle";
+  kiln::io::save_model(*model, {batch_spec(x64.shape())}, bundle_dir);
+  const kiln::io::SavedModel bundle = kiln::io::load_model(bundle_dir);
+  const double bundle_rel = max_rel_err(bundle({x64})[0], want);
+  log("bundle resnet18 logits vs PyTorch: " + std::to_string(bundle_rel));
+  results["resnet18_infer_b1@bundle"] =
+      time_workload([&] { Tensor y = bundle({x1})[0]; }, b1).to_json();
+  results["resnet18_infer_b64@bundle"] =
+      time_workload([&] { Tensor y = bundle({x64})[0]; }, b64).to_json();
+  log("bundle resnet18 inference done");
   // bfloat16 (Note [low-precision conv epilogue]): the same frozen graph traced inside an
   // autocast region, so its convolutions run oneDNN's bfloat16 kernels with the batch norms folded
   // and the activations stay bfloat16; the logits come back float32.
@@ -199,7 +211,8 @@ json run_infer(const Options& o) {
                {"onednn_isa", kiln::onednn_cpu_isa()},
                {"logits_max_abs_err", max_diff},
                {"compiled_logits_max_rel_err", compiled_rel},
-               {"compiled_traces", compiled.stats().traces}};
+               {"compiled_traces", compiled.stats().traces},
+               {"bundle_logits_max_rel_err", bundle_rel}};
   return {{"results", results}, {"info", info}};
 }
 

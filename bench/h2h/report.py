@@ -25,13 +25,14 @@ from workloads import CONV, MLP, R18, TRAIN, small_cnn_forward_flops
 SIDES = ("kiln", "torch", "ort", "onednn")
 SIDE_NAMES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ONNX RT", "onednn": "oneDNN",
               "kilnc": "kiln compiled", "ts": "TorchScript", "libtorch": "LibTorch",
-              "kiln8": "kiln int8", "kilnbf": "kiln bf16"}
+              "kiln8": "kiln int8", "kilnbf": "kiln bf16", "kilnb": "kiln bundle"}
 GROUPS = ("micro", "infer", "compile", "train", "trainc", "cnn", "lowp")
 # Which processes run which groups (run.sh).
 SIDE_GROUPS = {"kiln": GROUPS, "torch": ("micro", "infer", "compile", "train", "cnn", "lowp"),
                "ort": ("infer", "compile"), "libtorch": ("micro", "infer", "train")}
 # A result key "name@suffix" is the workload `name` on another side of the same process.
-SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts", "int8": "kiln8", "bf16": "kilnbf"}
+SUFFIX_SIDES = {"compiled": "kilnc", "torchscript": "ts", "int8": "kiln8", "bf16": "kilnbf",
+                "bundle": "kilnb"}
 BATCHES = (1, 8, 32, 64, 128)
 LOGITS_TOLERANCE = 1e-4
 
@@ -69,7 +70,8 @@ ROWS = [
 GRAPH_ROWS = [r for r in ROWS if r[0] in (
     "dispatch_add", "resnet18_infer_b1", "resnet18_infer_b64", "resnet18_train_step", "mlp_step",
     "cnn_epoch", "resnet18_train_rss")]
-GRAPH_SIDES = ("kilnc", "kiln", "ts", "torch", "libtorch", "ort")
+# kilnb: the same ResNet-18 saved as a bundle and loaded (io::load_model), issue 39.
+GRAPH_SIDES = ("kilnc", "kilnb", "kiln", "ts", "torch", "libtorch", "ort")
 GRAPH_TARGETS = {
     "resnet18_infer_b1": [("latency <= 0.9x ONNX RT", lambda f: f["kilnc"] <= 0.9 * f["ort"])],
     "resnet18_infer_b64": [(">= 1.6x ONNX RT", lambda f: f["ort"] / f["kilnc"] >= 1.6),
