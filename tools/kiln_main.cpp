@@ -169,6 +169,8 @@ int main(int argc, char** argv) {
       "after");
   quantize->add_option("dir", q.dir, "the --out directory of a training run")->required();
   quantize->add_option("--out", q.out, "directory for the quantized copy (default: DIR-int8)");
+  quantize->add_option("--bundle", q.bundle,
+                       "also write the int8 model as a saved-model bundle here (kiln export)");
   quantize
       ->add_option("--calibration-samples", q.calibration_samples,
                    "training samples whose activations set the int8 ranges")

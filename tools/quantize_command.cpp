@@ -11,6 +11,7 @@
 #include "kiln/backend/onednn/cpu_isa.h"
 #include "kiln/kiln.h"
 #include "kiln/train/quantize.h"
+#include "tools/bundle_commands.h"
 #include "tools/datasets.h"
 #include "tools/report.h"
 #include "tools/run_dir.h"
@@ -151,6 +152,13 @@ int run_quantize(const QuantizeArgs& a) {
       a.keep_float ? "float32 weights kept (--keep-float)"
                    : fmt::format("{} float32 tensors stripped", stripped.size()),
       static_cast<double>(bytes_under(float_weights)) / 1e6);
+  if (!a.bundle.empty()) {
+    ExportArgs e;
+    e.dir = out;
+    e.out = a.bundle;
+    e.overwrite = a.overwrite;
+    return run_export(e);
+  }
   return 0;
 }
 

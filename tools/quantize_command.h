@@ -18,6 +18,8 @@ struct QuantizeArgs {
   // Keep the float32 weights the int8 layers were made from (Note [stripped float weights]);
   // without it they are stripped, and the copy is about a quarter of the float model's size.
   bool keep_float = false;
+  // Also writes the quantized model as an int8 saved-model bundle here (as kiln export would).
+  std::string bundle;
 };
 
 int run_quantize(const QuantizeArgs& args);

@@ -99,6 +99,15 @@ assert len([n for n in names if n.startswith("gradient/")]) >= 10, names
 PY
 expect_error "exports a float32 training step" export "$tmp/run" --out "$tmp/bundle_t16" --with-training --precision bf16
 
+# --- kiln quantize --bundle: an int8 bundle that predicts as the quantized run does ---------------
+"$kiln" quantize "$tmp/run" --calibration-samples 64 --out "$tmp/run8" --bundle "$tmp/bundle8" \
+  >"$tmp/q.log" 2>&1 || fail "quantize --bundle: $(tail -3 "$tmp/q.log")"
+"$kiln" inspect "$tmp/bundle8" >"$tmp/inspect8.txt"
+grep -q "precision int8" "$tmp/inspect8.txt" || fail "the quantized bundle: $(head -3 "$tmp/inspect8.txt")"
+"$kiln" predict "$tmp/run8" --input "$tmp/images.npy" --top-k 3 --out "$tmp/run8.json" >/dev/null
+"$kiln" predict "$tmp/bundle8" --input "$tmp/images.npy" --top-k 3 --out "$tmp/bundle8.json" >/dev/null
+cmp "$tmp/run8.json" "$tmp/bundle8.json" || fail "the int8 bundle predicts otherwise than the int8 run"
+
 # --- predict: the bundle classifies as the run does, without the run directory ---------------------
 "$kiln" predict "$tmp/run" --input "$tmp/images.npy" --top-k 3 --out "$tmp/run_pred.json" >/dev/null
 mv "$tmp/run" "$tmp/run.away"  # the bundle needs nothing of the run
