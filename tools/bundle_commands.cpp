@@ -197,6 +197,11 @@ int run_inspect(const std::string& dir, const std::string& only) {
     std::cout << "  The given SavedModel SignatureDef contains the following output(s):\n";
     for (const io::TensorInfo& t : s.outputs) print_tensor_info("outputs", t);
     std::cout << fmt::format("  Method name is: {}\n", s.method);
+    if (!s.gradients.empty()) {
+      std::cout << "  The following output(s) are gradients of the bundle's variables:\n";
+      for (const auto& [output, variable] : s.gradients)
+        std::cout << fmt::format("    outputs['{}'] = d loss / d {}\n", output, variable);
+    }
   }
   std::cout << "\nFiles:\n";
   for (const auto& [name, bytes] : info.files)

@@ -79,7 +79,7 @@ grep -Eq "train: x, target -> loss and the gradients of [0-9]+ parameters" "$tmp
 "$kiln" inspect "$tmp/bundle_train" --signature train >"$tmp/inspect_t.txt"
 for line in "signature_def['train']:" "    inputs['target'] tensor_info:" "        dtype: int64" \
   "    outputs['loss'] tensor_info:" "    outputs['gradient/fc2.weight'] tensor_info:" \
-  "  Method name is: train"; do
+  "  Method name is: train" "    outputs['gradient/fc2.weight'] = d loss / d fc2.weight"; do
   grep -qxF -- "$line" "$tmp/inspect_t.txt" || fail "inspect lacks the line '$line': $(cat "$tmp/inspect_t.txt")"
 done
 "$py" -c "import numpy as np, sys; np.save(sys.argv[1], np.array([0, 3, 9, 1, 1], np.int64))" "$tmp/target.npy"
