@@ -129,7 +129,8 @@ struct SavedModelInfo {
 };
 
 // A loaded bundle: callable by signature. Calls are checked against the signature (count, dtype,
-// rank, static dims, consistent symbols) and may run on several threads at once.
+// rank, static dims, consistent symbols), run on planned memory (each graph has its memory
+// planner, Note [memory planner]) and may run on several threads at once.
 class SavedModel {
  public:
   const std::string& dir() const;

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/graph/memory_planner.h"
 #include "kiln/io/dir_transaction.h"
 #include "kiln/io/manifest.h"
 #include "kiln/io/saved_model.h"
@@ -17,6 +18,8 @@ struct SavedModel::State {
   SavedModelInfo info;
   std::vector<SignatureDef> signatures;
   std::map<std::string, graph::Graph> graphs;  // by signature
+  // Each graph's memory planner (Note [memory planner]), shared by concurrent calls.
+  std::map<std::string, std::shared_ptr<graph::MemoryPlanner>> planners;
   std::vector<std::pair<std::string, Tensor>> variables;
   std::vector<Tensor> trainable;  // in the order of `variables`
   std::map<std::string, std::string> assets;

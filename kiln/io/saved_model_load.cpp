@@ -250,6 +250,7 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
         if (trainable.insert(var).second) trainable_order.push_back(var);
     }
     state->graphs.emplace(name, std::move(g));
+    state->planners.emplace(name, std::make_shared<graph::MemoryPlanner>());
     state->signatures.push_back(std::move(sig));
   }
   for (const auto& [name, doc] : graphs.items())
@@ -305,7 +306,8 @@ const graph::Graph& SavedModel::graph(const std::string& sig, const Loc& loc) co
 
 std::vector<Tensor> SavedModel::run(const std::string& sig, const std::vector<Tensor>& inputs,
                                     const Loc& loc) const {
-  return graph::run(graph(sig, loc), inputs, loc);
+  const graph::Graph& g = graph(sig, loc);
+  return graph::run(g, inputs, loc, state_->planners.at(sig).get());
 }
 
 std::vector<std::pair<std::string, Tensor>> SavedModel::run_named(
