@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/backend/onednn/cpu_isa.h"
+#include "kiln/graph/executor.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/traced.h"
@@ -92,8 +93,9 @@ int main(int argc, char** argv) {
   std::printf("kiln_bundle_bench: %d threads, oneDNN isa %s, native bf16 %s; medians of %d\n",
               get_num_threads(), onednn_cpu_isa().c_str(),
               has_native_low_precision(DType::BFloat16) ? "yes" : "no", reps);
-  std::printf("%-14s %9s %9s %9s %12s %10s %12s %10s\n", "precision", "size MB", "save ms",
-              "load ms", "b1 first ms", "b1 warm ms", "b64 first ms", "b64 warm ms");
+  std::printf("%-14s %8s %8s %8s %11s %10s %12s %11s %13s %14s\n", "precision", "size MB",
+              "save ms", "load ms", "b1 first ms", "b1 warm ms", "b64 first ms", "b64 warm ms",
+              "b1 unplanned", "b64 unplanned");
   Generator gen(2);
   const Tensor x1 = rand({1, 3, 32, 32}, {}, &gen), x64 = rand({64, 3, 32, 32}, {}, &gen);
   for (const std::string precision : {"float32", "bf16-autocast", "int8"}) {
@@ -127,10 +129,16 @@ int main(int argc, char** argv) {
     std::sort(first64.begin(), first64.end());
     const double warm1 = median_seconds(std::max(reps, 20), [&] { (*loaded)({x1}); });
     const double warm64 = median_seconds(reps, [&] { (*loaded)({x64}); });
-    std::printf("%-14s %9.1f %9.1f %9.1f %12.2f %10.2f %12.1f %10.1f\n", precision.c_str(),
-                static_cast<double>(bundle_bytes(*loaded)) / 1e6, save_s * 1e3, load_s * 1e3,
-                first1[first1.size() / 2] * 1e3, warm1 * 1e3, first64[first64.size() / 2] * 1e3,
-                warm64 * 1e3);
+    // The same graph on the caching allocator alone (what SavedModel::run did before it had a
+    // memory planner), timed right after, on the same warm machine.
+    const graph::Graph& g = loaded->graph("serving_default");
+    const double unplanned1 = median_seconds(std::max(reps, 20), [&] { graph::run(g, {x1}); });
+    const double unplanned64 = median_seconds(reps, [&] { graph::run(g, {x64}); });
+    std::printf("%-14s %8.1f %8.1f %8.1f %11.2f %10.2f %12.1f %11.1f %13.2f %14.1f\n",
+                precision.c_str(), static_cast<double>(bundle_bytes(*loaded)) / 1e6, save_s * 1e3,
+                load_s * 1e3, first1[first1.size() / 2] * 1e3, warm1 * 1e3,
+                first64[first64.size() / 2] * 1e3, warm64 * 1e3, unplanned1 * 1e3,
+                unplanned64 * 1e3);
   }
   fs::remove_all(root);
   return 0;
