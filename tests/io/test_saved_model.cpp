@@ -29,6 +29,7 @@
 #include "kiln/ops/softmax.h"
 #include "kiln/ops/unary.h"
 #include "tests/io/temp_files.h"
+#include "tests/io/zoo_cases.h"
 #include "tests/support/test_util.h"
 
 namespace kiln::io {
@@ -44,6 +45,8 @@ using test::expect_error;
 using testing::read_text;
 using testing::TempRoot;
 using testing::write_text;
+using testing::zoo_cases;
+using testing::ZooCase;
 
 // Random weights and running statistics, so that every saved tensor matters.
 void randomize(nn::Module& m, uint64_t seed) {
@@ -73,26 +76,8 @@ std::shared_ptr<nn::Module> tiny_mlp() {
 
 // --- what a loaded bundle computes ----------------------------------------------------------
 
-struct ZooCase {
-  std::string name;
-  std::function<std::shared_ptr<nn::Module>()> make;
-  Shape one;  // one example
-};
-
 TEST(SavedModel, ZooModelsComputeWhatTheyComputedBeforeSaving) {
-  const std::vector<ZooCase> cases = {
-      {"mlp", [] { return nn::mlp(1 * 12 * 12, {32}, 10); }, {1, 12, 12}},
-      {"cnn", [] { return nn::small_cnn(1, 10, 28); }, {1, 28, 28}},
-      {"resnet18", [] { return nn::resnet18(3, 10); }, {3, 16, 16}},
-      {"transformer",
-       [] {
-         nn::TransformerEncoderLayerOptions o;
-         o.dim_feedforward = 32;
-         o.batch_first = true;
-         return std::static_pointer_cast<nn::Module>(std::make_shared<nn::TransformerEncoder>(
-             [o] { return std::make_shared<nn::TransformerEncoderLayer>(16, 4, o); }, 2));
-       },
-       {7, 16}}};
+  const std::vector<ZooCase> cases = zoo_cases();
   TempRoot dir("saved_model");
   for (const ZooCase& c : cases) {
     SCOPED_TRACE(c.name);

@@ -19,6 +19,7 @@
 #include "kiln/nn/traced.h"
 #include "kiln/nn/transformer.h"
 #include "tests/io/temp_files.h"
+#include "tests/io/zoo_cases.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 
@@ -43,32 +44,19 @@ void randomize(nn::Module& m, uint64_t seed) {
   m.eval();
 }
 
-struct Case {
-  std::string name;
-  std::function<std::shared_ptr<nn::Module>()> make;
-  Shape one;
-  std::string precision = "float32";
-};
+using testing::ZooCase;
 
-std::vector<Case> cases() {
-  return {{"mlp", [] { return nn::mlp(1 * 12 * 12, {32}, 10); }, {1, 12, 12}},
-          {"cnn", [] { return nn::small_cnn(1, 10, 28); }, {1, 28, 28}},
-          {"resnet18", [] { return nn::resnet18(3, 10); }, {3, 16, 16}},
-          {"transformer",
-           [] {
-             nn::TransformerEncoderLayerOptions o;
-             o.dim_feedforward = 32;
-             o.batch_first = true;
-             return std::static_pointer_cast<nn::Module>(std::make_shared<nn::TransformerEncoder>(
-                 [o] { return std::make_shared<nn::TransformerEncoderLayer>(16, 4, o); }, 2));
-           },
-           {7, 16}},
-          {"cnn_bf16", [] { return nn::small_cnn(1, 10, 28); }, {1, 28, 28}, "bf16-autocast"}};
+// The zoo, and a bf16-autocast cnn.
+std::vector<ZooCase> cases() {
+  std::vector<ZooCase> all = testing::zoo_cases();
+  all.push_back(
+      {"cnn_bf16", [] { return nn::small_cnn(1, 10, 28); }, {1, 28, 28}, "bf16-autocast"});
+  return all;
 }
 
 // The child: every case as DIR/NAME and DIR/NAME.npz ({"x", "y"}).
 void write_bundles(const std::string& dir) {
-  for (const Case& c : cases()) {
+  for (const ZooCase& c : cases()) {
     auto model = c.make();
     randomize(*model, 7);
     std::vector<Dim> dims = {Dim{0, "batch"}};
@@ -112,7 +100,7 @@ TEST(SavedModelAcrossProcesses, ABundleRunsInAProcessThatNeverBuiltTheModel) {
                                     kWriteDir, root.path().string(), self),
                         out);
   ASSERT_EQ(rc, 0) << out;
-  for (const Case& c : cases()) {
+  for (const ZooCase& c : cases()) {
     SCOPED_TRACE(c.name);
     const SavedModel loaded = load_model(root / c.name);
     EXPECT_EQ(loaded.info().precision, c.precision);
