@@ -70,7 +70,7 @@ io::ExportedFunction serving(const std::shared_ptr<nn::Module>& model, bool bf16
 
 uint64_t bundle_bytes(const io::SavedModel& m) {
   uint64_t bytes = 0;
-  for (const auto& [name, n] : m.info().files) bytes += n;
+  for (const io::FileRecord& f : m.info().files) bytes += f.bytes;
   return bytes + fs::file_size(fs::path(m.dir()) / "saved_model.json");
 }
 

@@ -27,6 +27,7 @@
 #include "kiln/io/crc32.h"
 #include "kiln/io/dir_transaction.h"
 #include "kiln/io/manifest.h"
+#include "kiln/io/sha256.h"
 #include "kiln/io/npy.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/attention.h"

@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev     # nlohmann-json: op attributes, safetensors headers, parity data
   zlib1g-dev             # zlib: gzip-compressed IDX datasets
   libzip-dev             # libzip: NumPy .npz archives (kiln/io/npz.cpp)
+  libssl-dev             # OpenSSL's libcrypto: SHA-256 of every file a manifest lists (kiln/io/sha256.cpp)
   libpng-dev libjpeg62-turbo-dev  # libpng, libjpeg-turbo: image-folder datasets
   libcli11-dev           # CLI11: the kiln command's flags
   libdw-dev              # elfutils' libdw: the user's source line for errors raised inside kiln

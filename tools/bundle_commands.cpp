@@ -170,7 +170,7 @@ int run_export(const ExportArgs& a) {
   const io::SavedModel bundle = io::load_model(a.out);  // what was written loads
   const io::SignatureDef& sig = bundle.signature("serving_default");
   uint64_t bytes = 0;
-  for (const auto& [name, n] : bundle.info().files) bytes += n;
+  for (const io::FileRecord& f : bundle.info().files) bytes += f.bytes;
   std::cout << fmt::format("Exported {} ({} model, {}) to {}: {:.1f} MB\n", a.dir, run.model,
                            precision, a.out, static_cast<double>(bytes) / 1e6);
   std::cout << fmt::format("  serving_default: {} -> {}\n", sig.inputs[0].describe(),
@@ -204,8 +204,9 @@ int run_inspect(const std::string& dir, const std::string& only) {
     }
   }
   std::cout << "\nFiles:\n";
-  for (const auto& [name, bytes] : info.files)
-    std::cout << fmt::format("  {:<28} {:>12} bytes\n", name, bytes);
+  for (const io::FileRecord& f : info.files)
+    std::cout << fmt::format("  {:<28} {:>12} bytes  sha256 {}\n", f.name, f.bytes,
+                             f.sha256.empty() ? "(not recorded; CRC-32 checked)" : f.sha256);
   std::cout << "Metadata:\n" << info.metadata.dump(2) << "\n";
   return 0;
 }

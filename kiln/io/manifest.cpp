@@ -5,6 +5,7 @@
 
 #include "kiln/io/crc32.h"
 #include "kiln/io/regular_file.h"
+#include "kiln/io/sha256.h"
 
 namespace kiln::io {
 
@@ -86,8 +87,15 @@ FileRecord Manifest::file_record(const std::string& name) const {
   const std::string where = "the " + kind_;
   const Json& files = field(json_, "files", where.c_str());
   const Json& r = field(files, name.c_str(), "\"files\"");
-  return FileRecord{name, unsigned_field(r, "bytes", name.c_str()),
-                    static_cast<uint32_t>(unsigned_field(r, "crc32", name.c_str(), UINT32_MAX))};
+  FileRecord rec{name, unsigned_field(r, "bytes", name.c_str()),
+                 static_cast<uint32_t>(unsigned_field(r, "crc32", name.c_str(), UINT32_MAX)), ""};
+  if (r.contains("sha256")) {
+    const Json& h = r["sha256"];
+    if (!h.is_string() || !is_sha256_hex(h.get<std::string>()))
+      error("expected \"sha256\" of {} to be 64 lowercase hex digits, but got {}", name, h.dump());
+    rec.sha256 = h.get<std::string>();
+  }
+  return rec;
 }
 
 std::vector<uint8_t> Manifest::read_file(const std::string& dir, const FileRecord& record) const {
@@ -97,6 +105,14 @@ std::vector<uint8_t> Manifest::read_file(const std::string& dir, const FileRecor
   if (bytes.size() != record.bytes)
     fail(op_, loc_, "'{}' is {} bytes, but {} records {} (truncated, or from another {})", path,
          bytes.size(), manifest, record.bytes, kind_);
+  if (!record.sha256.empty()) {
+    const std::string hash = sha256_hex(bytes);
+    if (hash != record.sha256)
+      fail(op_, loc_,
+           "'{}' has SHA-256 {}, but {} records {} (corrupt, edited, or from another {})", path,
+           hash, manifest, record.sha256, kind_);
+    return bytes;
+  }
   const uint32_t crc = crc32(bytes);
   if (crc != record.crc32)
     fail(op_, loc_,
@@ -106,7 +122,7 @@ std::vector<uint8_t> Manifest::read_file(const std::string& dir, const FileRecor
 }
 
 Json file_record_json(std::span<const uint8_t> bytes) {
-  return {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}};
+  return {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}, {"sha256", sha256_hex(bytes)}};
 }
 
 std::string seal_manifest(Json content, const ManifestFormat& format, const std::string& target,

@@ -19,14 +19,16 @@ namespace kiln::io {
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // A directory of tensor files (a checkpoint, a saved model) is described by one JSON manifest:
 //   {"format": "kiln.<kind>", "version": N, ...the kind's own fields...,
-//    "files": {name: {"bytes": size, "crc32": CRC-32 of the file}, ...},
+//    "files": {name: {"bytes": size, "crc32": CRC-32, "sha256": SHA-256 of the file}, ...},
 //    "crc32": CRC-32 of the compact dump of everything else}
 // The compact dump is nlohmann's dump() of the object without "crc32"; its keys are sorted, so
 // the checksum does not depend on the order a writer built the object in. A reader verifies
 // the manifest whole before it uses any field: size cap, nesting depth (nlohmann's dump and
 // comparisons recurse, so a corrupt file of a million '[' is refused up front), JSON syntax
 // (errors give the byte offset), format, version, checksum; and each listed file's size and
-// CRC-32 before it parses that file. So nothing is used that is not the very data the writer
+// SHA-256 (Note [content hash] in kiln/io/sha256.h) before it parses that file. A record written
+// before kiln recorded hashes has size and CRC-32 only; it is still read, and checked by its
+// CRC-32. So nothing is used that is not the very data the writer
 // wrote, loading runs no code, and a corrupt, truncated, hand-edited or mismatched file is a
 // kiln::Error naming the file and the field or offset. Hand-editing a manifest breaks its
 // checksum on purpose.
@@ -47,6 +49,7 @@ struct FileRecord {
   std::string name;
   uint64_t bytes = 0;
   uint32_t crc32 = 0;
+  std::string sha256;  // 64 hex digits; empty in a record written before kiln recorded hashes
 };
 
 // A manifest that has been read and verified; its accessors check each field as it is read.
@@ -74,7 +77,7 @@ class Manifest {
   // The record of `name` under "files".
   FileRecord file_record(const std::string& name) const;
   // Reads dir/<record.name> whole and checks that it is the very file the record describes
-  // (size, then CRC-32); parsing it is the caller's part.
+  // (size, then SHA-256, or CRC-32 where the record has no hash); parsing it is the caller's part.
   std::vector<uint8_t> read_file(const std::string& dir, const FileRecord& record) const;
 
  private:
@@ -93,7 +96,7 @@ class Manifest {
 // instead of overflowing the stack).
 size_t json_nesting_depth(std::span<const uint8_t> text);
 
-// The "files" entry of a file holding `bytes`: {"bytes": size, "crc32": checksum}.
+// The "files" entry of a file holding `bytes`: {"bytes": size, "crc32": .., "sha256": ..}.
 nlohmann::json file_record_json(std::span<const uint8_t> bytes);
 
 // The text of a manifest: `content` with the format's "format" and "version" and the "crc32"

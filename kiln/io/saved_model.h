@@ -10,6 +10,7 @@
 #include "kiln/graph/function.h"
 #include "kiln/graph/graph.h"
 #include "kiln/graph/tensor_spec.h"
+#include "kiln/io/manifest.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::io {
@@ -19,8 +20,8 @@ namespace kiln::io {
 // kiln's SavedModel: a directory that runs a trained model without the model's code.
 //   saved_model.json       the manifest (Note [verified manifest]): format "kiln.saved_model",
 //                          version, producer, creation time (UTC), precision, the user's
-//                          metadata, the signatures, the asset names, and the size and CRC-32
-//                          of every other file;
+//                          metadata, the signatures, the asset names, and the size, CRC-32 and
+//                          SHA-256 of every other file (Note [content hash]);
 //   graphs.json            {"graphs": {SIGNATURE: graph document (Note [graph JSON])}};
 //   variables.safetensors  every tensor a graph captures (parameters, buffers, constants), once,
 //                          named as the model's state dict names it ("conv1.weight"), others
@@ -32,8 +33,8 @@ namespace kiln::io {
 // captures, in order.
 // save_model writes the directory in one transaction (Note [directory transaction]): it exists
 // complete or not at all, and a bundle it replaces stays readable until the new one is there.
-// load_model never runs code and trusts nothing: every file's size and CRC-32 against the
-// manifest, graphs.json's nesting depth before it is parsed, every graph node through the op
+// load_model never runs code and trusts nothing: every file's size and SHA-256 against the
+// manifest (CRC-32 for a file recorded before kiln recorded hashes), graphs.json's nesting depth before it is parsed, every graph node through the op
 // factory, every captured tensor's dtype and shape against the graph, every signature against
 // its graph's inputs and outputs, and no variable left unused. A corrupt, truncated or
 // hand-edited bundle is a kiln::Error naming the file and what is wrong.
@@ -125,7 +126,7 @@ struct SavedModelInfo {
   std::string created;   // "2026-12-07T10:00:00Z"
   std::string precision;
   nlohmann::json metadata;
-  std::vector<std::pair<std::string, uint64_t>> files;  // name, bytes (assets included)
+  std::vector<FileRecord> files;  // every file but the manifest (assets included)
 };
 
 // A loaded bundle: callable by signature. Calls are checked against the signature (count, dtype,

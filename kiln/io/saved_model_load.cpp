@@ -129,10 +129,11 @@ SavedModel load_model(const std::string& dir_in, const Loc& loc) {
     if (!expected.insert(std::string(format::kAssetsFolder) + "/" + a.get<std::string>()).second)
       m.error("\"assets\" names {} twice", a.dump());
   }
-  for (const auto& [name, record] : files.items()) {
+  for (const auto& item : files.items()) {
+    const std::string& name = item.key();
     if (!expected.count(name))
       m.error("\"files\" lists '{}', which is no part of a saved model with these assets", name);
-    info.files.emplace_back(name, m.unsigned_field(record, "bytes", name.c_str()));
+    info.files.push_back(m.file_record(name));
   }
 
   // The graphs: nesting bounded before nlohmann's recursive parser sees them.

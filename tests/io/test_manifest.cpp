@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "kiln/io/crc32.h"
+#include "kiln/io/sha256.h"
 #include "tests/io/temp_files.h"
 #include "tests/support/test_util.h"
 
@@ -67,6 +70,7 @@ TEST_F(ManifestTest, SealedManifestReadsBack) {
   const FileRecord rec = m.file_record("weights.bin");
   EXPECT_EQ(rec.bytes, weights_.size());
   EXPECT_EQ(rec.crc32, ::crc32(0, reinterpret_cast<const Bytef*>(weights_.data()), 16));
+  EXPECT_EQ(rec.sha256, "9f9f5111f7b27a781f1f1ddde5ebc2dd2b796bfc7365c9c28b548e564176929f");
   const std::vector<uint8_t> bytes = m.read_file(dir_, rec);
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), weights_);
 }
@@ -144,10 +148,79 @@ TEST_F(ManifestTest, ListedFileMustBeTheOneDescribed) {
   flipped[3] ^= 0x10;
   write_text(dir_ + "/weights.bin", flipped);
   expect_contains(error_of([&] { m.read_file(dir_, rec); }),
-                  {"weights.bin' has CRC-32", "but manifest.json records", "corrupt"});
+                  {"weights.bin' has SHA-256", "but manifest.json records", "corrupt, edited"});
   fs::remove(dir_ + "/weights.bin");
   expect_contains(error_of([&] { m.read_file(dir_, rec); }),
                   {"cannot open", "weights.bin", "No such file"});
+}
+
+// `s` with the 4 bytes at `at` changed so that its CRC-32 is `want`. CRC-32 is affine over GF(2)
+// in the message bits, and any 32 consecutive bits reach every checksum: so a deliberate edit
+// can always be made to keep the recorded CRC-32 (and size). The content hash is what catches it.
+std::string with_crc(std::string s, size_t at, uint32_t want) {
+  const uint32_t base = io::crc32(s);
+  std::array<std::pair<uint32_t, uint32_t>, 32> basis{};  // by leading bit: (effect, flipped bits)
+  for (uint32_t b = 0; b < 32; ++b) {
+    std::string t = s;
+    t[at + b / 8] = static_cast<char>(t[at + b / 8] ^ (1 << (b % 8)));
+    uint32_t v = io::crc32(t) ^ base, flips = uint32_t{1} << b;
+    for (int bit = 31; bit >= 0 && v != 0; --bit) {
+      if (!((v >> bit) & 1)) continue;
+      if (basis[bit].first == 0) {
+        basis[bit] = {v, flips};
+        break;
+      }
+      v ^= basis[bit].first;
+      flips ^= basis[bit].second;
+    }
+  }
+  uint32_t need = base ^ want, flips = 0;
+  for (int bit = 31; bit >= 0; --bit)
+    if ((need >> bit) & 1) {
+      EXPECT_NE(basis[bit].first, 0u);
+      need ^= basis[bit].first;
+      flips ^= basis[bit].second;
+    }
+  for (uint32_t b = 0; b < 32; ++b)
+    if ((flips >> b) & 1) s[at + b / 8] = static_cast<char>(s[at + b / 8] ^ (1 << (b % 8)));
+  return s;
+}
+
+TEST_F(ManifestTest, EditThatKeepsTheCrcIsCaughtByTheHash) {
+  const Manifest m = Manifest::read(path_, kFormat, "test_load");
+  const FileRecord rec = m.file_record("weights.bin");
+  std::string forged = weights_;
+  forged[0] = 'X';  // the edit a forger wants, then 4 bytes that restore the CRC-32
+  forged = with_crc(forged, 8, rec.crc32);
+  ASSERT_EQ(forged.size(), weights_.size());
+  ASSERT_EQ(io::crc32(forged), rec.crc32);
+  ASSERT_NE(forged, weights_);
+  write_text(dir_ + "/weights.bin", forged);
+  expect_contains(error_of([&] { m.read_file(dir_, rec); }),
+                  {"weights.bin' has SHA-256 " + sha256_hex(forged),
+                   "but manifest.json records " + rec.sha256});
+}
+
+// A record written before kiln recorded hashes (size and CRC-32 only) still reads, checked by its
+// CRC-32; a hash that is not 64 lowercase hex digits is refused.
+TEST_F(ManifestTest, RecordsWithoutAHashAreCheckedByTheirCrc) {
+  resign([](Json& j) { j["files"]["weights.bin"].erase("sha256"); });
+  const Manifest m = Manifest::read(path_, kFormat, "test_load");
+  const FileRecord rec = m.file_record("weights.bin");
+  EXPECT_TRUE(rec.sha256.empty());
+  const std::vector<uint8_t> bytes = m.read_file(dir_, rec);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.end()), weights_);
+  std::string flipped = weights_;
+  flipped[5] ^= 0x01;
+  write_text(dir_ + "/weights.bin", flipped);
+  expect_contains(error_of([&] { m.read_file(dir_, rec); }),
+                  {"weights.bin' has CRC-32", "but manifest.json records", "corrupt"});
+  for (const Json& bad : {Json("abc"), Json(std::string(64, 'F')), Json(7)}) {
+    resign([&](Json& j) { j["files"]["weights.bin"]["sha256"] = bad; });
+    expect_contains(
+        error_of([&] { Manifest::read(path_, kFormat, "test_load").file_record("weights.bin"); }),
+        {"\"sha256\" of weights.bin", "64 lowercase hex digits", bad.dump()});
+  }
 }
 
 TEST(Manifest, SealRefusesInvalidUtf8) {

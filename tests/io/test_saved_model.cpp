@@ -16,6 +16,7 @@
 #include "kiln/core/grad_mode.h"
 #include "kiln/graph/function.h"
 #include "kiln/io/crc32.h"
+#include "kiln/io/sha256.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/saved_model_format.h"
 #include "kiln/nn/container.h"
@@ -236,7 +237,7 @@ class SavedModelCorrupt : public ::testing::Test {
   }
   std::string file(const std::string& name) { return dir_ + "/" + name; }
   // Edits the manifest (without its checksum) and seals it again with every listed file's
-  // current size and CRC-32: what a careful forger would do.
+  // current size, CRC-32 and SHA-256: what a careful forger would do.
   void reseal(const std::function<void(Json&)>& edit = nullptr) {
     Json j = Json::parse(read_text(file("saved_model.json")));
     if (edit) edit(j);
@@ -245,6 +246,7 @@ class SavedModelCorrupt : public ::testing::Test {
       const std::string bytes = read_text(file(name));
       record["bytes"] = bytes.size();
       record["crc32"] = crc32(std::string_view(bytes));
+      if (record.contains("sha256")) record["sha256"] = sha256_hex(std::string_view(bytes));
     }
     write_text(file("saved_model.json"),
                seal_manifest(j, saved_model_format::manifest_format(), dir_, "test"));
@@ -274,7 +276,7 @@ TEST_F(SavedModelCorrupt, FlippedTruncatedOrMissingFiles) {
     std::string bad = good;
     bad[bad.size() / 2] ^= 0x20;
     write_text(file(name), bad);
-    expect_contains(load_error(), {"[load_model]", name, "CRC-32", "test_saved_model.cpp"});
+    expect_contains(load_error(), {"[load_model]", name, "SHA-256", "test_saved_model.cpp"});
     write_text(file(name), good.substr(0, good.size() - 1));
     expect_contains(load_error(), {name, "bytes"});
     fs::remove(file(name));

@@ -29,6 +29,12 @@ for line in "signature_def['serving_default']:" \
 done
 grep -q "precision float32" "$tmp/inspect.txt" || fail "inspect does not show the precision"
 grep -q '"model": "cnn"' "$tmp/inspect.txt" || fail "inspect does not show the metadata"
+# Every file's content hash is the digest sha256sum prints (Note [content hash]).
+for f in graphs.json variables.safetensors assets/classes.txt; do
+  digest=$(sha256sum "$tmp/bundle/$f" | cut -d' ' -f1)
+  grep -qE "^  $f +[0-9]+ bytes  sha256 $digest\$" "$tmp/inspect.txt" ||
+    fail "inspect does not list $f with sha256 $digest: $(cat "$tmp/inspect.txt")"
+done
 expect_error "already holds a saved model; pass --overwrite" export "$tmp/run" --out "$tmp/bundle"
 "$kiln" export "$tmp/run" --out "$tmp/bundle" --overwrite >/dev/null
 expect_error "expected a training directory" export "$tmp" --out "$tmp/b2"

@@ -19,6 +19,7 @@
 #include "kiln/data/loader.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/io/sha256.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/loss.h"
@@ -482,11 +483,11 @@ TEST_F(CheckpointCorrupt, TruncatedModelFile) {
 
 TEST_F(CheckpointCorrupt, BitFlips) {
   flip_byte("optimizer.safetensors", 5);
-  expect_contains(load_error(), {"optimizer.safetensors", "CRC-32"});
+  expect_contains(load_error(), {"optimizer.safetensors", "SHA-256"});
   flip_byte("model.safetensors", 3);
-  expect_contains(load_error(), {"model.safetensors", "CRC-32", "corrupt"});
+  expect_contains(load_error(), {"model.safetensors", "SHA-256", "corrupt"});
   const std::string msg = error_of([&] { load_checkpoint_weights(dir_, *fresh_.model); });
-  expect_contains(msg, {"[load_checkpoint_weights]", "model.safetensors", "CRC-32"});
+  expect_contains(msg, {"[load_checkpoint_weights]", "model.safetensors", "SHA-256"});
 }
 
 TEST_F(CheckpointCorrupt, GarbageManifest) {
@@ -531,10 +532,10 @@ TEST_F(CheckpointCorrupt, FilesFromAnotherCheckpoint) {
   save_at(make_run(Recipe::AdamStepLR, 5), tmp_ / "other", 1);
   fs::copy_file(tmp_ / "other/model.safetensors", dir_ + "/model.safetensors",
                 fs::copy_options::overwrite_existing);
-  expect_contains(load_error(), {"model.safetensors", "CRC-32", "another checkpoint"});
+  expect_contains(load_error(), {"model.safetensors", "SHA-256", "another checkpoint"});
 }
 
-// A file that matches its recorded size and CRC but is not valid safetensors (say, written by
+// A file that matches its recorded size and checksums but is not valid safetensors (say, written by
 // a buggy tool) still meets the strict reader, never a crash.
 TEST_F(CheckpointCorrupt, InvalidSafetensorsWithMatchingChecksum) {
   std::string bytes = read_text(dir_ + "/model.safetensors");
@@ -544,6 +545,7 @@ TEST_F(CheckpointCorrupt, InvalidSafetensorsWithMatchingChecksum) {
   rewrite_manifest(dir_, [&](Json& j) {
     j["files"]["model.safetensors"]["crc32"] =
         ::crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+    j["files"]["model.safetensors"]["sha256"] = io::sha256_hex(bytes);
   });
   expect_contains(load_error(), {"model.safetensors", "header length"});
 }
