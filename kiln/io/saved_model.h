@@ -34,10 +34,11 @@ namespace kiln::io {
 // save_model writes the directory in one transaction (Note [directory transaction]): it exists
 // complete or not at all, and a bundle it replaces stays readable until the new one is there.
 // load_model never runs code and trusts nothing: every file's size and SHA-256 against the
-// manifest (CRC-32 for a file recorded before kiln recorded hashes), graphs.json's nesting depth before it is parsed, every graph node through the op
-// factory, every captured tensor's dtype and shape against the graph, every signature against
-// its graph's inputs and outputs, and no variable left unused. A corrupt, truncated or
-// hand-edited bundle is a kiln::Error naming the file and what is wrong.
+// manifest (CRC-32 for a file recorded before kiln recorded hashes), graphs.json's nesting depth
+// before it is parsed, every graph node through the op factory, every captured tensor's dtype and
+// shape against the graph, every signature against its graph's inputs and outputs, and no variable
+// left unused. A corrupt, truncated or hand-edited bundle is a kiln::Error naming the file and what
+// is wrong.
 constexpr int kSavedModelFormatVersion = 1;
 
 // One input or output of a signature.

@@ -9,7 +9,9 @@
 namespace kiln::io {
 
 namespace {
-EVP_MD_CTX* as_ctx(void* p) { return static_cast<EVP_MD_CTX*>(p); }
+EVP_MD_CTX* as_ctx(void* p) {
+  return static_cast<EVP_MD_CTX*>(p);
+}
 // libcrypto fails only on allocation failure or misuse; neither is a user error.
 void check(int ok, const char* what) {
   if (ok != 1) throw std::runtime_error(std::string("SHA-256: libcrypto's ") + what + " failed");
@@ -21,7 +23,9 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   check(EVP_DigestInit_ex(as_ctx(ctx_), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(as_ctx(ctx_)); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(as_ctx(ctx_));
+}
 
 Sha256& Sha256::update(const void* data, size_t n) {
   if (n > 0) check(EVP_DigestUpdate(as_ctx(ctx_), data, n), "EVP_DigestUpdate");
