@@ -375,6 +375,7 @@ TEST_F(SavedModelCorrupt, FuzzedFilesLoadOrFailCleanly) {
   std::vector<std::string> good;
   for (const auto& n : names) good.push_back(read_text(file(n)));
   int errors = 0, loads = 0;
+  std::vector<int> loaded_by_file(names.size());
   for (int iter = 0; iter < 300; ++iter) {
     const size_t which = static_cast<size_t>(iter) % names.size();
     std::string bytes = good[which];
@@ -398,6 +399,7 @@ TEST_F(SavedModelCorrupt, FuzzedFilesLoadOrFailCleanly) {
     try {
       const SavedModel m = load_model(dir_);
       ++loads;
+      ++loaded_by_file[which];
       // A bundle that loads must run or fail cleanly too.
       try {
         m({randn({2, 6})});
@@ -412,7 +414,9 @@ TEST_F(SavedModelCorrupt, FuzzedFilesLoadOrFailCleanly) {
   }
   EXPECT_EQ(errors + loads, 300);
   EXPECT_GT(errors, 150);
-  std::printf("saved-model fuzz: %d mutated bundles, %d refused, %d loaded\n", 300, errors, loads);
+  std::printf("saved-model fuzz: %d mutated bundles, %d refused, %d loaded (%s %d, %s %d, %s %d)\n",
+              300, errors, loads, names[0].c_str(), loaded_by_file[0], names[1].c_str(),
+              loaded_by_file[1], names[2].c_str(), loaded_by_file[2]);
 }
 
 }  // namespace
