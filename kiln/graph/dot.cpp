@@ -65,7 +65,7 @@ std::string to_dot(const Graph& g) {
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
     std::string label = node.op->name();
-    const std::string attrs = format_attrs(node.op->attrs());
+    const std::string attrs = format_attrs(display_attrs(node));
     if (!attrs.empty()) label += "\n" + shortened(attrs, 60);
     if (node.where.known()) label += "\n" + node.where.format();
     const bool effect = node.op->mutates() != 0 || node.op->draws_random();

@@ -81,6 +81,20 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
   for (size_t n = 0; n < g.nodes.size(); ++n)
     for (int id : g.nodes[n].inputs) last_use[static_cast<size_t>(id)] = static_cast<int>(n);
   for (int id : g.outputs) last_use[static_cast<size_t>(id)] = kKeep;
+  // The sizes of every value so far, for nodes with symbolic attrs (Note [symbolic attrs]).
+  const bool symbolic = std::any_of(g.nodes.begin(), g.nodes.end(),
+                                    [](const Node& n) { return !n.sym_attrs.empty(); });
+  std::vector<Shape> sizes(symbolic ? g.values.size() : 0);
+  if (symbolic) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      sizes[static_cast<size_t>(g.inputs[i])] = inputs[i].shape();
+    for (const Capture& c : g.captures) sizes[static_cast<size_t>(c.value)] = c.tensor.shape();
+  }
+  auto dim_of = [&](int v, int d) {
+    const Shape& s = sizes[static_cast<size_t>(v)];
+    KILN_INTERNAL_ASSERT(static_cast<size_t>(d) < s.size(), "a symbolic attr reads an unseen size");
+    return s[static_cast<size_t>(d)];
+  };
   std::vector<Tensor> args;
   std::vector<bool> dying;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
@@ -90,13 +104,13 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
     std::vector<Tensor> outs;
     try {
       const Loc& at = node.loc ? *node.loc : loc;
+      OpPtr op = op_for_call(node, dim_of, at);
       if (planned) {
         dying.clear();
         for (int id : node.inputs)
           dying.push_back(last_use[static_cast<size_t>(id)] == static_cast<int>(n));
-        planned->begin_node(static_cast<int>(n), overwritable_input(*node.op, args, dying, at));
+        planned->begin_node(static_cast<int>(n), overwritable_input(*op, args, dying, at));
       }
-      OpPtr op = node.op;
       // Fresh numbers on every run, from the default generator (Note [random effects]).
       if (op->draws_random() && !meta_run) {
         const uint64_t blocks = op->random_blocks(op->infer(args, at));
@@ -114,6 +128,8 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const
           g.name, n, node.op->name(), outs.size(), node.outputs.size()));
     for (size_t i = 0; i < outs.size(); ++i) {
       const int id = node.outputs[i];
+      if (symbolic && id != kNoValue && outs[i].defined())
+        sizes[static_cast<size_t>(id)] = outs[i].shape();
       if (id != kNoValue && last_use[static_cast<size_t>(id)] > static_cast<int>(n))
         env[static_cast<size_t>(id)] = std::move(outs[i]);
     }

@@ -75,12 +75,78 @@ void Graph::validate(bool loaded) const {
       if (!defined[static_cast<size_t>(id)])
         bad(fmt::format("{} reads %{} before it is defined", what, id));
     }
+    const nlohmann::json attrs = node.sym_attrs.empty() ? nlohmann::json() : node.op->attrs();
+    for (const SymAttr& s : node.sym_attrs) {
+      nlohmann::json::json_pointer ptr;
+      try {
+        ptr = nlohmann::json::json_pointer(s.path);
+      } catch (const nlohmann::json::exception&) {
+        bad(fmt::format("{} has the symbolic attr '{}', which is not a JSON pointer", what,
+                        s.path));
+      }
+      if (!attrs.contains(ptr) || !attrs.at(ptr).is_number())
+        bad(fmt::format("{} has the symbolic attr '{}', which is not a number in its attrs {}",
+                        what, s.path, attrs.dump()));
+      if (!s.value.is_symbolic())
+        bad(fmt::format("{}'s symbolic attr '{}' is the plain number {}", what, s.path,
+                        s.value.hint()));
+      s.value.for_each_leaf([&](int v, int d) {
+        if (!in_range(v) || !defined[static_cast<size_t>(v)])
+          bad(
+              fmt::format("{}'s symbolic attr '{}' reads the size of %{}, which is not defined "
+                          "before the node",
+                          what, s.path, v));
+        if (d < 0 || static_cast<size_t>(d) >= values[static_cast<size_t>(v)].shape.size())
+          bad(fmt::format("{}'s symbolic attr '{}' reads dim {} of %{}, which has rank {}", what,
+                          s.path, d, v, values[static_cast<size_t>(v)].shape.size()));
+      });
+    }
     for (int id : node.outputs)
       if (id != kNoValue) define(id, what);
   }
   for (int id : outputs)
     if (!in_range(id) || !defined[static_cast<size_t>(id)])
       bad(fmt::format("output %{} is not defined", id));
+}
+
+OpPtr op_for_call(const Node& node, const std::function<int64_t(int value, int dim)>& dim_of,
+                  const Loc& loc) {
+  if (node.sym_attrs.empty()) return node.op;
+  nlohmann::json attrs = node.op->attrs();
+  for (const SymAttr& s : node.sym_attrs) {
+    nlohmann::json& slot = attrs[nlohmann::json::json_pointer(s.path)];
+    int64_t v = 0;
+    try {
+      v = s.value.evaluate(dim_of);
+    } catch (const Error& e) {
+      fail(node.op->name(), loc, "cannot compute its attr {} = {}: {}", s.path, s.value.format(),
+           e.what());
+    }
+    if (slot.is_number_float())
+      slot = static_cast<double>(v);
+    else
+      slot = v;
+  }
+  return make_op(node.op->name(), attrs);
+}
+
+void for_each_sym_leaf(const Node& node, const std::function<void(int value)>& f) {
+  for (const SymAttr& s : node.sym_attrs) s.value.for_each_leaf([&](int v, int) { f(v); });
+}
+
+void remap_sym_leaves(Node& node, const std::function<int(int value)>& map) {
+  for (SymAttr& s : node.sym_attrs)
+    s.value = s.value.map_leaves([&](int v, int d, const SymInt& leaf) {
+      const int to = map(v);
+      return to == v ? leaf : SymInt::dim_of(to, d, leaf.hint());
+    });
+}
+
+nlohmann::json display_attrs(const Node& node) {
+  nlohmann::json attrs = node.op->attrs();
+  for (const SymAttr& s : node.sym_attrs)
+    attrs[nlohmann::json::json_pointer(s.path)] = "\x01" + s.value.format() + "\x01";
+  return attrs;
 }
 
 std::string format_attrs(const nlohmann::json& attrs) {
@@ -99,6 +165,10 @@ std::string format_attrs(const nlohmann::json& attrs) {
     }
     out += it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   }
+  // A symbolic attr (display_attrs) prints as its expression, without quotes.
+  for (const char* marker : {"\"\\u0001", "\\u0001\"", "\x01"})
+    for (size_t at; (at = out.find(marker)) != std::string::npos;)
+      out.erase(at, std::string_view(marker).size());
   return out + "}";
 }
 
@@ -133,7 +203,7 @@ std::string to_text(const Graph& g) {
     }
     std::string args;
     for (size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", " : "") + ref(n.inputs[i]);
-    const std::string attrs = format_attrs(n.op->attrs());
+    const std::string attrs = format_attrs(display_attrs(n));
     out += fmt::format("  {}{}{}({}){} : {}", lhs, lhs.empty() ? "" : " = ", n.op->name(), args,
                        attrs.empty() ? "" : " " + attrs, types);
     if (n.where.known()) out += "  # " + n.where.format();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/sym_int.h"
 #include "kiln/ops/op.h"
 
 namespace kiln::graph {
@@ -61,8 +62,20 @@ struct SourceLine {
 // An output an op left undefined (an optional output it did not compute).
 constexpr int kNoValue = -1;
 
+// Note [symbolic attrs]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A node whose attrs hold sizes computed from a traced tensor's size (Note [symbolic sizes] in
+// kiln/core/sym_int.h: reshape's shape from x.size(0)) keeps, beside the op, which attrs are
+// symbolic: a JSON pointer into the attrs ("/shape/0") and the expression, whose leaves are dims
+// of values defined before the node ("size(%3, 0) * 2"). The op itself holds the sizes of the
+// trace. Before the node runs, the executor evaluates each expression from the sizes of the
+// values in this call and rebuilds the op from the patched attrs (op_for_call), so the node is
+// right for every size; a node without symbolic attrs runs its op as it is. After a symbolic
+// trace, a leaf that is a static dim is folded into a number, and an attr whose expression is
+// then a number is no longer symbolic (fold_static_sym_attrs, kiln/graph/symbolic.h).
 struct Node {
   OpPtr op;
+  SymAttrs sym_attrs;
   std::vector<int> inputs;   // value ids
   std::vector<int> outputs;  // value ids, or kNoValue
   SourceLine where;
@@ -94,6 +107,17 @@ struct Graph {
   // that was loaded (`loaded`).
   void validate(bool loaded = false) const;
 };
+
+// The node's op for a call in which value v's dim d has size dim_of(v, d): its own op when it has
+// no symbolic attrs, else the op rebuilt from its attrs with each expression evaluated.
+OpPtr op_for_call(const Node& node, const std::function<int64_t(int value, int dim)>& dim_of,
+                  const Loc& loc);
+// The values whose sizes the node's symbolic attrs read: a pass that removes, merges or
+// renumbers values treats each as a use (kiln/graph/passes/rewrite.cpp).
+void for_each_sym_leaf(const Node& node, const std::function<void(int value)>& f);
+void remap_sym_leaves(Node& node, const std::function<int(int value)>& map);
+// The node's attrs with each symbolic attr shown as its expression, for text and DOT.
+nlohmann::json display_attrs(const Node& node);
 
 // The readable text of a graph, one line per node:
 //   graph forward(%0 x: float32[batch, 1, 28, 28]) {

@@ -83,17 +83,24 @@ nlohmann::json to_json(const Graph& g) {
   nlohmann::json captures = nlohmann::json::array();
   for (const Capture& c : g.captures) captures.push_back({{"value", c.value}});
   nlohmann::json nodes = nlohmann::json::array();
-  for (const Node& n : g.nodes)
-    nodes.push_back({{"op", n.op->name()},
-                     {"attrs", n.op->attrs()},
-                     {"inputs", n.inputs},
-                     {"outputs", n.outputs},
-                     {"file", n.where.file},
-                     {"line", n.where.line},
-                     {"function", n.where.function}});
-  return {{"format", "kiln.graph"}, {"version", kGraphFormatVersion},
-          {"name", g.name},         {"values", values},
-          {"inputs", g.inputs},     {"captures", captures},
+  bool symbolic = false;
+  for (const Node& n : g.nodes) {
+    nlohmann::json node = {{"op", n.op->name()},          {"attrs", n.op->attrs()},
+                           {"inputs", n.inputs},          {"outputs", n.outputs},
+                           {"file", n.where.file},        {"line", n.where.line},
+                           {"function", n.where.function}};
+    if (!n.sym_attrs.empty()) {
+      symbolic = true;
+      nlohmann::json sym = nlohmann::json::array();
+      for (const SymAttr& s : n.sym_attrs)
+        sym.push_back({{"path", s.path}, {"value", s.value.to_json()}});
+      node["sym_attrs"] = std::move(sym);
+    }
+    nodes.push_back(std::move(node));
+  }
+  const int version = symbolic ? kGraphFormatVersion : kGraphFormatVersionWithoutSymAttrs;
+  return {{"format", "kiln.graph"}, {"version", version}, {"name", g.name},
+          {"values", values},       {"inputs", g.inputs}, {"captures", captures},
           {"outputs", g.outputs},   {"nodes", nodes}};
 }
 
@@ -101,9 +108,9 @@ Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures) 
   if (text(field(doc, "format", "the document"), "format") != "kiln.graph")
     bad("\"format\" is not \"kiln.graph\"");
   const int64_t version = integer(field(doc, "version", "the document"), "version");
-  if (version != kGraphFormatVersion)
-    bad(fmt::format("version {} is not supported (this kiln reads version {})", version,
-                    kGraphFormatVersion));
+  if (version != kGraphFormatVersion && version != kGraphFormatVersionWithoutSymAttrs)
+    bad(fmt::format("version {} is not supported (this kiln reads versions {} and {})", version,
+                    kGraphFormatVersionWithoutSymAttrs, kGraphFormatVersion));
   Graph g;
   g.name = text(field(doc, "name", "the document"), "name");
   const nlohmann::json& values = array(field(doc, "values", "the document"), "values");
@@ -155,6 +162,21 @@ Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures) 
       bad(fmt::format("{}.line is out of range: {}", where, line));
     node.where = {text(field(n, "file", where), where + ".file"), static_cast<uint32_t>(line),
                   text(field(n, "function", where), where + ".function")};
+    if (n.is_object() && n.contains("sym_attrs")) {
+      if (version < kGraphFormatVersion)
+        bad(fmt::format("{} has \"sym_attrs\", which version {} does not have", where, version));
+      const nlohmann::json& sym = array(n["sym_attrs"], where + ".sym_attrs");
+      for (size_t k = 0; k < sym.size(); ++k) {
+        const std::string at = fmt::format("{}.sym_attrs[{}]", where, k);
+        SymAttr s{text(field(sym[k], "path", at), at + ".path"), SymInt()};
+        try {
+          s.value = SymInt::from_json(field(sym[k], "value", at), at + ".value");
+        } catch (const Error& e) {
+          bad(e.what());
+        }
+        node.sym_attrs.push_back(std::move(s));
+      }
+    }
     g.nodes.push_back(std::move(node));
   }
   g.validate(/*loaded=*/true);

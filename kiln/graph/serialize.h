@@ -19,7 +19,12 @@ namespace kiln::graph {
 // to_json(from_json(d)) == d for every document to_json wrote. A control-flow node's attrs hold
 // its subgraphs as documents of their own (Note [control flow]), checked the same way when the
 // op is rebuilt.
-constexpr int kGraphFormatVersion = 1;
+// Version 2 adds a node's symbolic attrs (Note [symbolic attrs]): "sym_attrs": [{"path":
+// "/shape/0", "value": {"dim": [0, 0]}}, ...]. A graph without them is written as version 1, so
+// older kiln reads it; one with them is version 2, which older kiln refuses instead of running
+// the traced sizes. Both versions are read.
+constexpr int kGraphFormatVersion = 2;
+constexpr int kGraphFormatVersionWithoutSymAttrs = 1;
 
 nlohmann::json to_json(const Graph& g);
 Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures);

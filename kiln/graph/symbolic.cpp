@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "kiln/graph/tracer.h"
@@ -134,7 +135,23 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
            a.name, i, na ? "'" + std::string(na->op->name()) + "'" : "missing", at0,
            nb ? "'" + std::string(nb->op->name()) + "'" : "missing", at1);
     }
-    if (auto d = first_difference(na->op->attrs(), nb->op->attrs(), ""))
+    // A symbolic attr is the same expression in both (its numbers differ by design).
+    const bool same_sym = na->sym_attrs.size() == nb->sym_attrs.size() &&
+                          std::equal(na->sym_attrs.begin(), na->sym_attrs.end(),
+                                     nb->sym_attrs.begin(), [](const SymAttr& x, const SymAttr& y) {
+                                       return x.path == y.path && x.value.same_expression(y.value);
+                                     });
+    if (!same_sym)
+      fail("trace", node_loc(*na, loc),
+           "'{}': {} computes its attributes from sizes differently with {} and with {}; a graph "
+           "would be right for one size only",
+           a.name, na->op->name(), at0, at1);
+    nlohmann::json attrs_a = na->op->attrs(), attrs_b = nb->op->attrs();
+    for (const SymAttr& s : na->sym_attrs) {
+      attrs_a[nlohmann::json::json_pointer(s.path)] = 0;
+      attrs_b[nlohmann::json::json_pointer(s.path)] = 0;
+    }
+    if (auto d = first_difference(attrs_a, attrs_b, ""))
       fail("trace", node_loc(*na, loc),
            "'{}': {}'s attribute {} is {} with {} and {} with {}, so it depends on {}, and the "
            "graph would keep one size; compute it with an op that reads the size from its input "
@@ -170,6 +187,47 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
 
 }  // namespace
 
+void fold_static_sym_attrs(Graph& g) {
+  // The first graph input dim that is each symbol: a leaf that is a symbol (or k times one) reads
+  // the input instead, so that passes may drop or merge the value it was read from.
+  std::vector<std::pair<std::string, SymInt>> input_dims;
+  for (int id : g.inputs) {
+    const SymShape& shape = g.value(id).shape;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d].is_symbolic() &&
+          std::none_of(input_dims.begin(), input_dims.end(),
+                       [&](const auto& e) { return e.first == shape[d].symbol; }))
+        input_dims.emplace_back(shape[d].symbol,
+                                SymInt::dim_of(id, static_cast<int>(d), shape[d].size));
+  }
+  auto input_dim = [&](const std::string& symbol) -> const SymInt* {
+    for (const auto& [s, leaf] : input_dims)
+      if (s == symbol) return &leaf;
+    return nullptr;
+  };
+  for (Node& n : g.nodes) {
+    SymAttrs kept;
+    for (SymAttr& s : n.sym_attrs) {
+      s.value = s.value.map_leaves([&](int v, int d, const SymInt& leaf) -> SymInt {
+        const Dim& dim = g.values[static_cast<size_t>(v)].shape[static_cast<size_t>(d)];
+        if (!dim.is_symbolic()) return SymInt(dim.size);
+        if (const SymInt* in = input_dim(dim.symbol)) return *in;
+        const size_t star = dim.symbol.find('*');  // "784*batch" (Note [symbolic dims])
+        if (star != std::string::npos && star > 0)
+          if (const SymInt* in = input_dim(dim.symbol.substr(star + 1))) {
+            int64_t k = 0;
+            const char* end = dim.symbol.data() + star;
+            const auto [at, ec] = std::from_chars(dim.symbol.data(), end, k);
+            if (ec == std::errc() && at == end && k > 0) return k * *in;
+          }
+        return leaf;
+      });
+      if (s.value.is_symbolic()) kept.push_back(std::move(s));
+    }
+    n.sym_attrs = std::move(kept);
+  }
+}
+
 Graph trace_symbolic(const std::string& name, const TraceFn& fn,
                      const std::vector<TensorSpec>& signature, const Loc& loc) {
   Symbols symbols;
@@ -181,10 +239,12 @@ Graph trace_symbolic(const std::string& name, const TraceFn& fn,
   if (symbols.names.size() > kMaxSymbols)
     fail("trace", loc, "'{}' has {} symbolic dims; at most {} are supported", name,
          symbols.names.size(), kMaxSymbols);
-  if (symbols.names.empty()) return trace_once(name, fn, signature, symbols, 0, loc);
   Graph first = trace_once(name, fn, signature, symbols, 0, loc);
-  const Graph second = trace_once(name, fn, signature, symbols, 1, loc);
-  compare(first, second, symbols, loc);
+  if (!symbols.names.empty()) {
+    const Graph second = trace_once(name, fn, signature, symbols, 1, loc);
+    compare(first, second, symbols, loc);
+  }
+  fold_static_sym_attrs(first);
   return first;
 }
 

@@ -34,6 +34,10 @@ namespace kiln::graph {
 // The first trace is kept. Limits: a code path that branches on a
 // size only at sizes other than the probes (`if (batch == 1)`) is not seen; a size passed to an
 // attribute that is the same at both probes by coincidence is not seen either.
+// Note [symbolic attrs] (graph.h): after the diff, each leaf of a symbolic attr that is a static
+// dim becomes its size, and an attr left without a symbolic leaf is a plain attr again.
+void fold_static_sym_attrs(Graph& g);
+
 using TraceFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 Graph trace_symbolic(const std::string& name, const TraceFn& fn,
                      const std::vector<TensorSpec>& signature, const Loc& loc);

@@ -97,6 +97,7 @@ class TraceMode final : public DispatchMode {
     Tracer::State& st = *state_;
     Node node;
     node.op = rebuilt(call);
+    node.sym_attrs = symbolic_attrs(call, *node.op);
     // An op called inside a layer is recorded at the user's line (Note [user call site]).
     const Loc where = user_location(call.loc);
     node.where = source_line(where);
@@ -150,6 +151,22 @@ class TraceMode final : public DispatchMode {
     if (auto it = attrs.find("device"); it != attrs.end() && *it == kMeta.name()) *it = kCPU.name();
     return make_op(call.op->name(), attrs);
   }
+  // The attrs the op's caller declared symbolic (Note [symbolic attrs]), checked against the
+  // attrs: each is a number there, equal to the expression's value at the traced sizes.
+  static SymAttrs symbolic_attrs(const OpCall& call, const Op& op) {
+    SymAttrs sym = detail::take_sym_attrs(call.op->name());
+    if (sym.empty()) return sym;
+    const nlohmann::json attrs = op.attrs();
+    for (const SymAttr& s : sym) {
+      const nlohmann::json::json_pointer ptr(s.path);
+      if (!attrs.contains(ptr) || !attrs.at(ptr).is_number() ||
+          attrs.at(ptr).get<double>() != static_cast<double>(s.value.hint()))
+        throw InternalError(fmt::format(
+            "kiln internal error: {}'s symbolic attr {} = {} (= {}) does not match its attrs {}",
+            call.op->name(), s.path, s.value.format(), s.value.hint(), attrs.dump()));
+    }
+    return sym;
+  }
   Tracer::State* state_;
 };
 
@@ -169,6 +186,14 @@ thread_local Tracer::State* active_trace = nullptr;
        "'{}' reads the value of {} ({}); a graph cannot depend on data this way — use "
        "kiln::cond / kiln::where, or make it an input",
        st.graph.name, value, what);
+}
+
+// Note [symbolic sizes]: a dim of a value of this trace is that value's dim.
+SymInt traced_size(const Tensor& t, int64_t dim, int64_t size) {
+  if (!active_trace || active_trace->suspended) return SymInt(size);
+  auto it = active_trace->value_of.find(t.impl());
+  if (it == active_trace->value_of.end()) return SymInt(size);
+  return SymInt::dim_of(it->second, static_cast<int>(dim), size);
 }
 
 // Note [traced gradients]: the stand-in a captured tensor is seen as.
@@ -232,12 +257,14 @@ void Tracer::start() {
   active_trace = state_.get();
   outer_hook_ = detail::set_value_read_hook(on_value_read);
   outer_grad_hook_ = detail::set_grad_input_hook(stand_in_for_grad);
+  outer_size_hook_ = detail::set_sym_size_hook(traced_size);
 }
 
 void Tracer::stop() {
   if (!guard_) return;
   detail::set_value_read_hook(outer_hook_);
   detail::set_grad_input_hook(outer_grad_hook_);
+  detail::set_sym_size_hook(outer_size_hook_);
   active_trace = outer_trace_;
   if (outer_trace_) --outer_trace_->suspended;
   mixed_.reset();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiln/autograd/engine.h"
+#include "kiln/core/sym_int.h"
 #include "kiln/graph/graph.h"
 #include "kiln/graph/tensor_spec.h"
 #include "kiln/ops/dispatch_mode.h"
@@ -73,6 +74,7 @@ class Tracer {
   State* outer_trace_ = nullptr;
   kiln::detail::ValueReadHook outer_hook_ = nullptr;
   kiln::detail::GradInputHook outer_grad_hook_ = nullptr;
+  kiln::detail::SymSizeHook outer_size_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

@@ -24,6 +24,7 @@ bool eliminate_common_subexpressions(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& node = g.nodes[i];
     for (int& id : node.inputs) id = rename[static_cast<size_t>(id)];
+    remap_sym_leaves(node, [&](int id) { return rename[static_cast<size_t>(id)]; });
     if (facts.effectful[i]) {
       const uint64_t mask = node.op->mutates();
       for (size_t k = 0; k < node.inputs.size() && k < 64; ++k)
@@ -37,6 +38,7 @@ bool eliminate_common_subexpressions(Graph& g) {
     if (!mergeable) continue;
     std::string key = node.op->name();
     key += node.op->attrs().dump();
+    for (const SymAttr& s : node.sym_attrs) key += s.path + "=" + s.value.to_json().dump();
     for (int id : node.inputs)
       key += fmt::format(",{}@{}", id,
                          writes[static_cast<size_t>(facts.root[static_cast<size_t>(id)])]);

@@ -23,6 +23,7 @@ bool eliminate_dead_code(Graph& g) {
       continue;
     }
     for (int id : node.inputs) live[static_cast<size_t>(id)] = 1;
+    for_each_sym_leaf(node, [&](int id) { live[static_cast<size_t>(id)] = 1; });
   }
   if (changed) drop_nodes(g, drop);
   const size_t before = g.captures.size();

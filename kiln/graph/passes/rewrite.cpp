@@ -36,6 +36,7 @@ GraphFacts::GraphFacts(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
     for (int id : node.inputs) ++uses[static_cast<size_t>(id)];
+    for_each_sym_leaf(node, [&](int id) { ++uses[static_cast<size_t>(id)]; });
     for (int id : node.outputs)
       if (id != kNoValue) producer[static_cast<size_t>(id)] = static_cast<int>(i);
     effectful[i] = has_effects(node);
@@ -60,9 +61,11 @@ GraphFacts::GraphFacts(const Graph& g) {
 }
 
 void replace_uses(Graph& g, int from, int to) {
-  for (Node& node : g.nodes)
+  for (Node& node : g.nodes) {
     for (int& id : node.inputs)
       if (id == from) id = to;
+    remap_sym_leaves(node, [&](int id) { return id == from ? to : id; });
+  }
   for (int& id : g.outputs)
     if (id == from) id = to;
 }
@@ -87,6 +90,7 @@ int compact(Graph& g) {
   for (const Node& node : g.nodes) {
     for (int id : node.inputs) mark(id);
     for (int id : node.outputs) mark(id);
+    for_each_sym_leaf(node, mark);
   }
   for (int id : g.outputs) mark(id);
   std::vector<int> renumber(g.values.size(), kNoValue);
@@ -107,6 +111,7 @@ int compact(Graph& g) {
   for (Node& node : g.nodes) {
     for (int& id : node.inputs) map(id);
     for (int& id : node.outputs) map(id);
+    remap_sym_leaves(node, [&](int id) { return renumber[static_cast<size_t>(id)]; });
   }
   for (int& id : g.outputs) map(id);
   return removed;

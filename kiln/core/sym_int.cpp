@@ -1,0 +1,234 @@
+#include "kiln/core/sym_int.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+namespace {
+
+struct OpInfo {
+  SymOp op;
+  const char* name;    // in JSON
+  const char* symbol;  // in text; empty for the functions
+};
+constexpr OpInfo kOps[] = {{SymOp::kAdd, "add", "+"}, {SymOp::kSub, "sub", "-"},
+                           {SymOp::kMul, "mul", "*"}, {SymOp::kDiv, "div", "/"},
+                           {SymOp::kMod, "mod", "%"}, {SymOp::kMin, "min", ""},
+                           {SymOp::kMax, "max", ""}};
+
+const OpInfo& info(SymOp op) {
+  for (const OpInfo& i : kOps)
+    if (i.op == op) return i;
+  throw InternalError("kiln internal error: SymInt node with no operation");
+}
+
+// C++'s arithmetic on int64_t; what cannot be computed (division by zero, overflow) is an error.
+int64_t apply(SymOp op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  switch (op) {
+    case SymOp::kAdd:
+      if (__builtin_add_overflow(a, b, &r)) break;
+      return r;
+    case SymOp::kSub:
+      if (__builtin_sub_overflow(a, b, &r)) break;
+      return r;
+    case SymOp::kMul:
+      if (__builtin_mul_overflow(a, b, &r)) break;
+      return r;
+    case SymOp::kDiv:
+    case SymOp::kMod:
+      if (b == 0)
+        throw Error(fmt::format("[SymInt] {} {} 0: a size divided by zero", a, info(op).symbol));
+      if (a == INT64_MIN && b == -1) break;
+      return op == SymOp::kDiv ? a / b : a % b;
+    case SymOp::kMin:
+      return std::min(a, b);
+    case SymOp::kMax:
+      return std::max(a, b);
+    case SymOp::kDim:
+      break;
+  }
+  throw Error(fmt::format("[SymInt] {} {} {} overflows int64", a, info(op).name, b));
+}
+
+}  // namespace
+
+SymInt SymInt::dim_of(int value, int dim, int64_t hint) {
+  auto node = std::make_shared<SymNode>();
+  node->op = SymOp::kDim;
+  node->value = value;
+  node->dim = dim;
+  return SymInt(hint, std::move(node));
+}
+
+SymInt sym_binary(SymOp op, const SymInt& a, const SymInt& b) {
+  const int64_t hint = apply(op, a.hint(), b.hint());
+  if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(hint);
+  auto node = std::make_shared<SymNode>();
+  node->op = op;
+  node->a = a;
+  node->b = b;
+  return SymInt(hint, std::move(node));
+}
+
+SymInt sym_min(const SymInt& a, const SymInt& b) {
+  return sym_binary(SymOp::kMin, a, b);
+}
+SymInt sym_max(const SymInt& a, const SymInt& b) {
+  return sym_binary(SymOp::kMax, a, b);
+}
+
+int64_t SymInt::evaluate(const std::function<int64_t(int value, int dim)>& dim_of) const {
+  if (!node_) return hint_;
+  if (node_->op == SymOp::kDim) return dim_of(node_->value, node_->dim);
+  return apply(node_->op, node_->a.evaluate(dim_of), node_->b.evaluate(dim_of));
+}
+
+void SymInt::for_each_leaf(const std::function<void(int value, int dim)>& f) const {
+  if (!node_) return;
+  if (node_->op == SymOp::kDim) return f(node_->value, node_->dim);
+  node_->a.for_each_leaf(f);
+  node_->b.for_each_leaf(f);
+}
+
+SymInt SymInt::map_leaves(
+    const std::function<SymInt(int value, int dim, const SymInt& leaf)>& replace) const {
+  if (!node_) return *this;
+  if (node_->op == SymOp::kDim) return replace(node_->value, node_->dim, *this);
+  return sym_binary(node_->op, node_->a.map_leaves(replace), node_->b.map_leaves(replace));
+}
+
+std::string SymInt::format() const {
+  if (!node_) return std::to_string(hint_);
+  if (node_->op == SymOp::kDim) return fmt::format("size(%{}, {})", node_->value, node_->dim);
+  const OpInfo& i = info(node_->op);
+  if (*i.symbol == '\0')
+    return fmt::format("{}({}, {})", i.name, node_->a.format(), node_->b.format());
+  // C++'s precedence: * / % bind tighter than + -, and each is left-associative.
+  auto precedence = [](SymOp op) {
+    return op == SymOp::kAdd || op == SymOp::kSub ? 1 : op == SymOp::kDim ? 3 : 2;
+  };
+  const int mine = precedence(node_->op);
+  auto operand = [&](const SymInt& s, bool right) {
+    const bool infix = s.node_ && s.node_->op != SymOp::kDim && *info(s.node_->op).symbol;
+    const int theirs = infix ? precedence(s.node_->op) : 3;
+    return theirs < mine || (right && theirs == mine) ? "(" + s.format() + ")" : s.format();
+  };
+  return fmt::format("{} {} {}", operand(node_->a, false), i.symbol, operand(node_->b, true));
+}
+
+nlohmann::json SymInt::to_json() const {
+  if (!node_) return hint_;
+  if (node_->op == SymOp::kDim) return {{"dim", {node_->value, node_->dim}}};
+  return {{info(node_->op).name, {node_->a.to_json(), node_->b.to_json()}}};
+}
+
+SymInt SymInt::from_json(const nlohmann::json& j, const std::string& where) {
+  if (j.is_number_integer()) return SymInt(j.get<int64_t>());
+  auto bad = [&](const std::string& what) -> SymInt {
+    throw Error(fmt::format("[SymInt] {} {}: {}", where, what, j.dump()));
+  };
+  if (!j.is_object() || j.size() != 1) return bad("is not a size expression");
+  const std::string key = j.begin().key();
+  const nlohmann::json& args = j.begin().value();
+  if (!args.is_array() || args.size() != 2) return bad("expects two operands");
+  if (key == "dim") {
+    if (!args[0].is_number_integer() || !args[1].is_number_integer())
+      return bad("expects [value, dim] integers");
+    const int64_t v = args[0].get<int64_t>(), d = args[1].get<int64_t>();
+    if (v < 0 || d < 0 || v > INT32_MAX || d > INT32_MAX) return bad("has an out-of-range leaf");
+    // The hint of a loaded leaf is unknown until a call binds it.
+    return dim_of(static_cast<int>(v), static_cast<int>(d), 0);
+  }
+  for (const OpInfo& i : kOps)
+    if (key == i.name) {
+      SymInt a = from_json(args[0], where), b = from_json(args[1], where);
+      auto node = std::make_shared<SymNode>();
+      node->op = i.op;
+      node->a = std::move(a);
+      node->b = std::move(b);
+      return SymInt(0, std::move(node));
+    }
+  return bad("has the unknown operation '" + key + "'");
+}
+
+bool SymInt::same_expression(const SymInt& other) const {
+  if (!node_ || !other.node_) return !node_ && !other.node_ && hint_ == other.hint_;
+  if (node_->op != other.node_->op) return false;
+  if (node_->op == SymOp::kDim)
+    return node_->value == other.node_->value && node_->dim == other.node_->dim;
+  return node_->a.same_expression(other.node_->a) && node_->b.same_expression(other.node_->b);
+}
+
+std::vector<int64_t> hints_of(const SymSizes& sizes) {
+  std::vector<int64_t> out;
+  out.reserve(sizes.size());
+  for (const SymInt& s : sizes) out.push_back(s.hint());
+  return out;
+}
+
+bool any_symbolic(const SymSizes& sizes) {
+  return std::any_of(sizes.begin(), sizes.end(), [](const SymInt& s) { return s.is_symbolic(); });
+}
+
+void add_sym_attrs(SymAttrs& out, const std::string& path, const SymSizes& sizes) {
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i].is_symbolic()) out.push_back({fmt::format("{}/{}", path, i), sizes[i]});
+}
+
+namespace {
+thread_local detail::SymSizeHook size_hook = nullptr;
+}  // namespace
+
+SymInt sym_size(const Tensor& t, int64_t dim) {
+  const int64_t d = wrap_dim(dim, t.dim(), "size");
+  const int64_t size = t.shape()[static_cast<size_t>(d)];
+  return size_hook ? size_hook(t, d, size) : SymInt(size);
+}
+
+SymSizes sym_sizes(const Tensor& t) {
+  SymSizes out;
+  out.reserve(t.shape().size());
+  for (int64_t d = 0; d < t.dim(); ++d) out.push_back(sym_size(t, d));
+  return out;
+}
+
+namespace detail {
+SymSizeHook set_sym_size_hook(SymSizeHook hook) {
+  return std::exchange(size_hook, hook);
+}
+}  // namespace detail
+
+namespace {
+struct Pending {
+  std::string op;
+  SymAttrs attrs;
+};
+// A stack: an op's implementation may declare the attrs of an inner op before its own is called.
+thread_local std::vector<Pending> pending;
+}  // namespace
+
+SymAttrScope::SymAttrScope(std::string_view op, SymAttrs attrs) {
+  if (attrs.empty()) return;
+  pending.push_back({std::string(op), std::move(attrs)});
+  active_ = true;
+}
+
+SymAttrScope::~SymAttrScope() {
+  if (active_) pending.pop_back();
+}
+
+namespace detail {
+SymAttrs take_sym_attrs(std::string_view op) {
+  if (pending.empty() || pending.back().op != op) return {};
+  return std::exchange(pending.back().attrs, {});
+}
+}  // namespace detail
+
+}  // namespace kiln

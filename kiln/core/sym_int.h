@@ -1,0 +1,143 @@
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+// Note [symbolic sizes]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A SymInt is a size that a trace records as a value rather than a number (PyTorch's SymInt).
+// In eager code it is a plain integer: no node, no cost. While a trace runs, the size of a traced
+// tensor is a SymInt whose node says where it comes from — "dim 0 of value %3" — and arithmetic
+// on it (+ - * / % and sym_min / sym_max, C++'s truncating division and remainder) builds an
+// expression. Every SymInt also carries its hint: the number it has at the sizes being traced, so
+// code that needs a number now (a check, a loop bound) still gets one.
+// An op whose attributes take sizes (reshape's shape, expand's, a factory's) records which of
+// its attrs are symbolic (Note [symbolic attrs] in kiln/graph/graph.h): the node keeps the hint
+// in its attrs and the expression beside it, and the executor evaluates the expression from the
+// sizes of the call before it runs the op. So `view(x, {x.size(0), -1})` is one graph for every
+// batch size, and nothing about a size is baked into a graph without a record of it.
+class SymNode;
+
+class SymInt {
+ public:
+  SymInt() = default;
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) SymInt(I value)
+      : hint_(static_cast<int64_t>(value)) {}  // NOLINT: a plain integer
+  SymInt(int64_t hint, std::shared_ptr<const SymNode> node) : hint_(hint), node_(std::move(node)) {}
+
+  // A dim of a traced value: `dim` of value `value`, of size `hint` at the traced sizes.
+  static SymInt dim_of(int value, int dim, int64_t hint);
+
+  bool is_symbolic() const { return node_ != nullptr; }
+  int64_t hint() const { return hint_; }
+  const std::shared_ptr<const SymNode>& node() const { return node_; }
+  operator int64_t() const { return hint_; }  // NOLINT: sizes convert as integers do
+
+  // The value for other sizes: each leaf "dim d of value v" is `dim_of(v, d)`.
+  int64_t evaluate(const std::function<int64_t(int value, int dim)>& dim_of) const;
+  // Calls `f(value, dim)` for each leaf.
+  void for_each_leaf(const std::function<void(int value, int dim)>& f) const;
+  // The same expression with each leaf replaced by `replace(value, dim, leaf)`.
+  SymInt map_leaves(
+      const std::function<SymInt(int value, int dim, const SymInt& leaf)>& replace) const;
+  // "size(%3, 0) * 2"; a plain integer prints as itself.
+  std::string format() const;
+  // 7, or {"dim": [3, 0]}, or {"mul": [a, b]}; from_json refuses anything else, naming `where`.
+  nlohmann::json to_json() const;
+  static SymInt from_json(const nlohmann::json& j, const std::string& where);
+  // Same expression (structure and leaves; hints are not compared).
+  bool same_expression(const SymInt& other) const;
+
+ private:
+  int64_t hint_ = 0;
+  std::shared_ptr<const SymNode> node_;
+};
+
+enum class SymOp : uint8_t { kDim, kAdd, kSub, kMul, kDiv, kMod, kMin, kMax };
+
+class SymNode {
+ public:
+  SymOp op = SymOp::kDim;
+  int value = -1, dim = -1;  // SymOp::kDim
+  SymInt a, b;               // the operands otherwise
+};
+
+SymInt sym_binary(SymOp op, const SymInt& a, const SymInt& b);
+SymInt sym_min(const SymInt& a, const SymInt& b);
+SymInt sym_max(const SymInt& a, const SymInt& b);
+
+// Arithmetic on sizes: a SymInt with any integer, in either order, stays a SymInt (the integer
+// overloads are templates so that they are exact matches and never ambiguous with the built-in
+// operators reached through the conversion to int64_t).
+#define KILN_SYM_OPERATOR(op, kind)                             \
+  inline SymInt operator op(const SymInt& a, const SymInt& b) { \
+    return sym_binary(kind, a, b);                              \
+  }                                                             \
+  template <std::integral I>                                    \
+  SymInt operator op(const SymInt& a, I b) {                    \
+    return sym_binary(kind, a, SymInt(b));                      \
+  }                                                             \
+  template <std::integral I>                                    \
+  SymInt operator op(I a, const SymInt& b) {                    \
+    return sym_binary(kind, SymInt(a), b);                      \
+  }
+KILN_SYM_OPERATOR(+, SymOp::kAdd)
+KILN_SYM_OPERATOR(-, SymOp::kSub)
+KILN_SYM_OPERATOR(*, SymOp::kMul)
+KILN_SYM_OPERATOR(/, SymOp::kDiv)
+KILN_SYM_OPERATOR(%, SymOp::kMod)
+#undef KILN_SYM_OPERATOR
+
+// A list of sizes as the shape-taking APIs accept it: integers, SymInts or a mix.
+using SymSizes = std::vector<SymInt>;
+std::vector<int64_t> hints_of(const SymSizes& sizes);
+bool any_symbolic(const SymSizes& sizes);
+
+// Note [symbolic attrs]: one symbolic attribute of the next op a thread dispatches, by JSON
+// pointer into its attrs ("/shape/0").
+struct SymAttr {
+  std::string path;
+  SymInt value;
+};
+using SymAttrs = std::vector<SymAttr>;
+
+// The symbolic elements of `sizes`, as attrs under `path` ("/shape" -> "/shape/0", ...).
+void add_sym_attrs(SymAttrs& out, const std::string& path, const SymSizes& sizes);
+
+// Declares that the next call of op `op` on this thread takes `attrs` symbolically, for the
+// tracer to record (a no-op when `attrs` is empty). Scoped: an op that is not traced leaves them.
+class SymAttrScope {
+ public:
+  SymAttrScope(std::string_view op, SymAttrs attrs);
+  ~SymAttrScope();
+  SymAttrScope(const SymAttrScope&) = delete;
+  SymAttrScope& operator=(const SymAttrScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
+class Tensor;
+// The size of dim `dim` of `t`: a plain integer, except while a trace records this thread's ops
+// and `t` is one of its values, when it is that value's dim (SymInt::dim_of).
+SymInt sym_size(const Tensor& t, int64_t dim);
+SymSizes sym_sizes(const Tensor& t);
+
+namespace detail {
+// The symbolic attrs declared for op `op`, taken (so they go to one node only); empty when none.
+SymAttrs take_sym_attrs(std::string_view op);
+// What sym_size asks while a trace runs (the tracer sets it, Note [tracer]): the SymInt of `t`'s
+// dim `dim` of size `size`. Returns the hook it replaces.
+using SymSizeHook = SymInt (*)(const Tensor& t, int64_t dim, int64_t size);
+SymSizeHook set_sym_size_hook(SymSizeHook hook);
+}  // namespace detail
+
+}  // namespace kiln
