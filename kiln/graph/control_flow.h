@@ -27,7 +27,10 @@ namespace kiln {
 //   The node's kernel runs the chosen subgraph (the executor, Note [graph executor]).
 //   Gradients: cond's vjp is itself a cond over the two branches' gradients (each branch replays
 //   its subgraph and differentiates it), so a graph with a cond is differentiable, in eager runs
-//   of the graph and in traces of its backward. A traced while_loop has no gradient yet (its vjp
+//   of the graph and in traces of its backward. In an eager run the taken branch's gradients are
+//   computed directly, so an input only the other branch reads gets no gradient, as in eager code
+//   (undefined; kiln::grad's allow_unused); in a traced backward both branches must return one
+//   shape, so there it gets zeros. A traced while_loop has no gradient yet (its vjp
 //   would need the iterates of every step): backward through one is an error naming the loop's
 //   line; eager while_loop is differentiable.
 using Branch = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;

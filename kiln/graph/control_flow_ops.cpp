@@ -10,6 +10,7 @@
 #include "kiln/graph/control_flow.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/serialize.h"
+#include "kiln/graph/tracer.h"
 #include "kiln/ops/composite_op.h"
 #include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/factories.h"
@@ -132,8 +133,9 @@ class CondOp final : public CompositeOp {
       if (ctx.needs_grad[j + 1]) wanted.push_back(j);
     Tensors args = slice(ctx.inputs, 1, k);
     for (const Tensor& g : ctx.grads) args.push_back(g);
-    auto grads_of = [this, k, wanted, create = ctx.create_graph](bool then_branch) {
-      return [this, k, wanted, create, then_branch](const Tensors& a) {
+    auto grads_of = [this, k, wanted, create = ctx.create_graph](bool then_branch,
+                                                                 bool keep_undefined) {
+      return [this, k, wanted, create, then_branch, keep_undefined](const Tensors& a) {
         EnableGradGuard enable;
         Tensors xs = slice(a, 0, k), gs = slice(a, k, a.size() - k);
         // Leaves for the wanted inputs this branch reads.
@@ -165,14 +167,26 @@ class CondOp final : public CompositeOp {
           Tensor g;
           for (size_t i = 0; i < leaves.size(); ++i)
             if (leaves[i].first == j && i < found.size()) g = found[i];
-          result.push_back(g.defined() ? g : zeros_like(xs[j]));
+          result.push_back(g.defined() || keep_undefined ? g : zeros_like(xs[j]));
         }
         return result;
       };
     };
     Tensors result(ctx.inputs.size());
     if (wanted.empty()) return result;
-    const Tensors grads = kiln::cond(ctx.inputs[0], grads_of(true), grads_of(false), args, ctx.loc);
+    // With a real predicate and nothing tracing, the taken branch's gradients are computed
+    // directly, as eager backward computes them: an input that branch does not use gets no
+    // gradient (undefined, as in eager), not zeros. A traced backward (the predicate a stand-in)
+    // needs both branches to give tensors of one shape, so there an unused input's gradient is
+    // zeros.
+    Tensors grads;
+    if (!ctx.inputs[0].is_meta() && !Tracer::active()) {
+      check_pred(ctx.inputs[0], name(), ctx.loc);
+      grads = grads_of(ctx.inputs[0].item() != 0, true)(args);
+    } else {
+      grads = kiln::cond(ctx.inputs[0], grads_of(true, false), grads_of(false, false), args,
+                         ctx.loc);
+    }
     for (size_t i = 0; i < wanted.size(); ++i) result[wanted[i] + 1] = grads[i];
     return result;
   }

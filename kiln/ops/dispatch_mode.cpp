@@ -165,8 +165,11 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
   const Op& op = *call.op;
   std::vector<Tensor> outputs;
   // Ops without inputs (factories) say their device in their output metadata.
-  const bool meta = call.inputs.empty() ? !call.metas.empty() && call.metas[0].device.is_meta()
-                                        : call.inputs[0].is_meta();
+  // A meta input beside real ones (Note [tracing stand-ins]) makes it a meta run too.
+  const bool meta = call.inputs.empty()
+                        ? !call.metas.empty() && call.metas[0].device.is_meta()
+                        : std::any_of(call.inputs.begin(), call.inputs.end(),
+                                      [](const Tensor& t) { return t.defined() && t.is_meta(); });
   if (meta && !op.is_view()) {
     // A meta run writes nothing: an output that is a written input is that input.
     for (const TensorMeta& m : call.metas)

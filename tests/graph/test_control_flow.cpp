@@ -96,6 +96,53 @@ TEST(ControlFlow, GradientsThroughATracedCondEqualEager) {
   }
 }
 
+// Branches whose vjps read saved values or wrapped numbers (tanh, sigmoid, 1 - t, 1 / t): the
+// gradient's branches are traced on meta stand-ins without reading data.
+TEST(ControlFlow, GradientsThroughATracedCondWithSavedValuesEqualEager) {
+  auto fn = [&](const Tensor& x) {
+    return kiln::cond(
+        gt(sum(x), 0.0),
+        [&](const Tensors& o) { return Tensors{mul(tanh(o[0]), sub(1.0, sigmoid(o[0])))}; },
+        [&](const Tensors& o) { return Tensors{div(1.0, add(exp(o[0]), 1.0))}; }, {x})[0];
+  };
+  Function f = function([&](const Tensors& in) { return Tensors{fn(in[0])}; },
+                        {TensorSpec({"batch", 4})});
+  for (double sign : {1.0, -1.0}) {
+    SCOPED_TRACE(sign);
+    Tensor x0 = mul(add(rand({3, 4}), 0.1), sign);
+    Tensor xe = x0.detach().clone().set_requires_grad(true);
+    Tensor xg = x0.detach().clone().set_requires_grad(true);
+    Tensor seed = randn({3, 4});
+    sum(mul(fn(xe), seed)).backward();
+    sum(mul(f({xg})[0], seed)).backward();
+    test::expect_bit_identical(xg.grad(), xe.grad());
+  }
+}
+
+// A parameter only the untaken branch reads gets no gradient, in eager code and in a graph.
+TEST(ControlFlow, AnInputOnlyTheUntakenBranchReadsGetsNoGradient) {
+  Tensor p = randn({4}).set_requires_grad(true);
+  auto fn = [&](const Tensor& x) {
+    return kiln::cond(
+        gt(sum(x), 0.0), [&](const Tensors& o) { return Tensors{mul(o[0], 3.0)}; },
+        [&](const Tensors& o) { return Tensors{mul(o[0], p)}; }, {x})[0];
+  };
+  Function f = function([&](const Tensors& in) { return Tensors{fn(in[0])}; },
+                        {TensorSpec({"batch", 4})});
+  Tensor x = add(rand({2, 4}), 0.1).set_requires_grad(true);
+  const Tensors eager = kiln::grad({sum(fn(x))}, {x, p}, {}, false, false, true);
+  const Tensors graph = kiln::grad({sum(f({x})[0])}, {x, p}, {}, false, false, true);
+  EXPECT_FALSE(eager[1].defined());
+  EXPECT_FALSE(graph[1].defined());
+  test::expect_bit_identical(graph[0], eager[0]);
+  // The branch that reads it: the same gradient both ways.
+  Tensor y = neg(x).detach().set_requires_grad(true);
+  const Tensors eager_p = kiln::grad({sum(fn(y))}, {y, p}, {}, false, false, true);
+  const Tensors graph_p = kiln::grad({sum(f({y})[0])}, {y, p}, {}, false, false, true);
+  test::expect_bit_identical(graph_p[1], eager_p[1]);
+  test::expect_bit_identical(graph_p[0], eager_p[0]);
+}
+
 TEST(ControlFlow, BranchesOfDifferentShapesFailTheTraceNamingTheOutputs) {
   const int line = __LINE__ + 2;
   auto fn = [&](const Tensors& in) {
