@@ -80,6 +80,10 @@ std::string suspects(const AttrDiff& d, const Symbols& symbols) {
   std::vector<int64_t> xs, ys;
   auto collect = [](const nlohmann::json& j, std::vector<int64_t>& out, auto&& self) -> void {
     if (j.is_number_integer()) out.push_back(j.get<int64_t>());
+    // A size turned into a scalar (div(x, double(n))) is a whole float.
+    if (j.is_number_float() && std::abs(j.get<double>()) < 9e15 &&
+        j.get<double>() == std::floor(j.get<double>()))
+      out.push_back(static_cast<int64_t>(j.get<double>()));
     if (j.is_array())
       for (const auto& e : j) self(e, out, self);
   };
@@ -110,6 +114,23 @@ bool same_capture(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   return std::equal(x.begin(), x.end(), y.begin(), y.end(),
                     [](double u, double v) { return u == v || (std::isnan(u) && std::isnan(v)); });
+}
+
+// The first node that reads one of `values`.
+const Node* first_reader(const Graph& g, const std::vector<int>& values) {
+  for (const Node& n : g.nodes)
+    for (int id : n.inputs)
+      if (std::find(values.begin(), values.end(), id) != values.end()) return &n;
+  return nullptr;
+}
+
+// "float32[3] [11, 1, 2]": a constant's type, and its values when there are few.
+std::string describe_constant(const Tensor& t) {
+  std::string out = fmt::format("{}{}", dtype_name(t.dtype()), shape_str(t.shape()));
+  if (t.numel() > 16 || t.is_meta()) return out;
+  std::string values;
+  for (double v : t.to_vector<double>()) values += fmt::format("{}{}", values.empty() ? "" : ", ", v);
+  return out + (t.dim() == 0 ? " " + values : " [" + values + "]");
 }
 
 const Loc& node_loc(const Node& n, const Loc& fallback) {
@@ -151,22 +172,40 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
       attrs_a[nlohmann::json::json_pointer(s.path)] = 0;
       attrs_b[nlohmann::json::json_pointer(s.path)] = 0;
     }
-    if (auto d = first_difference(attrs_a, attrs_b, ""))
+    if (auto d = first_difference(attrs_a, attrs_b, "")) {
+      // A constant made without inputs (the scalar of div(x, double(n))) is named by the op
+      // that reads it, at that op's line.
+      if (na->inputs.empty())
+        if (const Node* reader = first_reader(a, na->outputs))
+          fail("trace", node_loc(*reader, loc),
+               "'{}': the constant that '{}' reads is made by {} whose attribute {} is {} with {} "
+               "and {} with {}, so it depends on {}, and the graph would keep one size; compute it with ops "
+               "on the input, or make the dim static in the signature",
+               a.name, reader->op->name(), na->op->name(), d->path, d->a.dump(), at0,
+               d->b.dump(), at1, suspects(*d, symbols));
       fail("trace", node_loc(*na, loc),
            "'{}': {}'s attribute {} is {} with {} and {} with {}, so it depends on {}, and the "
            "graph would keep one size; compute it with an op that reads the size from its input "
            "(reshape and view take -1), or make the dim static in the signature",
            a.name, na->op->name(), d->path, d->a.dump(), at0, d->b.dump(), at1,
            suspects(*d, symbols));
+    }
   }
   if (a.values.size() != b.values.size() || a.outputs != b.outputs ||
       a.captures.size() != b.captures.size())
     fail("trace", loc, "'{}' returns different values for different sizes of a dynamic dim",
          a.name);
   for (size_t i = 0; i < a.captures.size(); ++i)
-    if (!same_capture(a.captures[i].tensor, b.captures[i].tensor))
-      fail("trace", loc, "'{}' reads different tensors for different sizes of a dynamic dim",
-           a.name);
+    if (!same_capture(a.captures[i].tensor, b.captures[i].tensor)) {
+      const Node* reader = first_reader(a, {a.captures[i].value});
+      fail("trace", reader ? node_loc(*reader, loc) : loc,
+           "'{}': {} reads a tensor made outside kiln's ops that differs with the size: {} with "
+           "{} and {} with {}, so it depends on a dynamic dim; compute it with ops on the "
+           "input's size, or make it an input",
+           a.name, reader ? "'" + std::string(reader->op->name()) + "'" : "the graph",
+           describe_constant(a.captures[i].tensor), at0, describe_constant(b.captures[i].tensor),
+           at1);
+    }
   for (size_t v = 0; v < a.values.size(); ++v) {
     SymShape& sa = a.values[v].shape;
     const SymShape& sb = b.values[v].shape;

@@ -63,6 +63,34 @@ TEST(Function, ASizeBakedIntoAnAttributeIsAnErrorNamingTheOpTheDimAndTheLine) {
           "test_function.cpp:" + std::to_string(line)});
 }
 
+// A constant computed from a dynamic size (a scalar divisor, a tensor built in C++) is named,
+// with its values at both probe sizes and the line of the op that reads it.
+TEST(Function, AConstantComputedFromADynamicSizeNamesTheLineAndTheValues) {
+  int line = 0;
+  std::string e = test::error_of([&] {
+    function(
+        [&](const Tensors& in) {
+          line = __LINE__ + 1;
+          return Tensors{div(in[0], static_cast<double>(in[0].size(0)))};
+        },
+        {TensorSpec({"batch", 3})}, {.name = "f"});
+  });
+  test::expect_contains(e, {"[trace] 'f'", "the constant that 'div' reads", "11.0 with batch = 11",
+                            "13.0 with batch = 13", "the dynamic dim 'batch'",
+                            "test_function.cpp:" + std::to_string(line)});
+  e = test::error_of([&] {
+    function(
+        [&](const Tensors& in) {
+          line = __LINE__ + 1;
+          return Tensors{mul(in[0], tensor({static_cast<double>(in[0].size(0)), 1.0, 2.0}))};
+        },
+        {TensorSpec({"batch", 3})}, {.name = "f"});
+  });
+  test::expect_contains(e, {"[trace] 'f'", "'mul' reads a tensor made outside kiln's ops",
+                            "float32[3] [11, 1, 2] with batch = 11", "[13, 1, 2] with batch = 13",
+                            "test_function.cpp:" + std::to_string(line)});
+}
+
 TEST(Function, AFactorySizedFromADynamicDimIsCaughtToo) {
   test::expect_error(
       [] {
