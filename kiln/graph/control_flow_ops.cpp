@@ -11,6 +11,7 @@
 #include "kiln/graph/executor.h"
 #include "kiln/graph/serialize.h"
 #include "kiln/graph/tracer.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/composite_op.h"
 #include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/factories.h"
@@ -184,8 +185,8 @@ class CondOp final : public CompositeOp {
       check_pred(ctx.inputs[0], name(), ctx.loc);
       grads = grads_of(ctx.inputs[0].item() != 0, true)(args);
     } else {
-      grads = kiln::cond(ctx.inputs[0], grads_of(true, false), grads_of(false, false), args,
-                         ctx.loc);
+      grads =
+          kiln::cond(ctx.inputs[0], grads_of(true, false), grads_of(false, false), args, ctx.loc);
     }
     for (size_t i = 0; i < wanted.size(); ++i) result[wanted[i] + 1] = grads[i];
     return result;
@@ -260,11 +261,78 @@ class WhileOp final : public CompositeOp {
     return as_new_outputs(vars, in);
   }
 
+  // Note [while_loop gradient]: backward recomputes the loop's iterates (the loop vars before
+  // each step; memory: one copy of the loop vars per iteration), then walks the steps in reverse,
+  // differentiating the body at each saved iterate and seeding it with the gradient of the step
+  // after; the body's captured inputs (parameters) sum their gradient over the steps. The trip
+  // count must be known, so this runs where the predicate is computed (an eager run of the
+  // graph); a backward traced on stand-ins is an error naming the loop.
   Tensors vjp(const VjpContext& ctx) const override {
-    fail("while_loop", ctx.loc,
-         "a traced while_loop has no gradient yet (it would need every iteration's values); "
-         "differentiate the loop eagerly (call the function without tracing), or unroll it with "
-         "a C++ loop of a fixed count");
+    if (Tracer::active() || std::any_of(ctx.inputs.begin(), ctx.inputs.end(),
+                                        [](const Tensor& t) { return t.defined() && t.is_meta(); }))
+      fail("while_loop", ctx.loc,
+           "a while_loop's gradient cannot be traced (its trip count is known only when the loop "
+           "runs); differentiate the graph in an eager run (kiln::grad or backward() on its "
+           "outputs), or unroll the loop with a C++ loop of a fixed count");
+    const Loc& loc = ctx.loc;
+    const Tensors& in = ctx.inputs;
+    std::vector<Tensors> iterates;  // the loop vars before each step
+    {
+      NoGradGuard no_grad;
+      Tensors vars = slice(in, 0, n_);
+      for (int64_t i = 0; i < max_; ++i) {
+        if (run(*cond_, with_extra(vars, in, false), loc)[0].item() == 0) break;
+        iterates.push_back(vars);
+        vars = run(*body_, with_extra(vars, in, true), loc);
+      }
+    }
+    const size_t first_body_extra = n_ + cond_extra();
+    Tensors g_vars(n_), g_extra(body_extra());
+    for (size_t j = 0; j < n_; ++j) g_vars[j] = ctx.grads[j];
+    EnableGradGuard enable;
+    for (size_t t = iterates.size(); t-- > 0;) {
+      Tensors sub_in, leaves;
+      std::vector<size_t> leaf_of;  // input index of each leaf: j < n_ a loop var, else an extra
+      auto take = [&](const Tensor& x, size_t index, bool wanted) {
+        Tensor v = x;
+        if (wanted && is_floating(x.dtype())) {
+          v = detach(x);
+          v.set_requires_grad(true);
+          leaves.push_back(v);
+          leaf_of.push_back(index);
+        }
+        sub_in.push_back(v);
+      };
+      for (size_t j = 0; j < n_; ++j) take(iterates[t][j], j, true);
+      for (size_t e = 0; e < body_extra(); ++e)
+        take(in[first_body_extra + e], n_ + e, ctx.needs_grad[first_body_extra + e]);
+      const Tensors ys = run(*body_, sub_in, loc);
+      Tensors outs, seeds;
+      for (size_t j = 0; j < n_; ++j)
+        if (ys[j].requires_grad() && g_vars[j].defined())
+          outs.push_back(ys[j]), seeds.push_back(g_vars[j]);
+      Tensors found(leaves.size());
+      if (!outs.empty() && !leaves.empty())
+        found = kiln::grad(outs, leaves, seeds, false, ctx.create_graph, true, loc);
+      Tensors next(n_);
+      for (size_t l = 0; l < leaves.size(); ++l) {
+        if (!found[l].defined()) continue;
+        const size_t index = leaf_of[l];
+        if (index < n_) {
+          next[index] = found[l];
+        } else {
+          Tensor& acc = g_extra[index - n_];
+          acc = acc.defined() ? add(acc, found[l]) : found[l];
+        }
+      }
+      g_vars = std::move(next);
+    }
+    Tensors result(in.size());
+    for (size_t j = 0; j < n_; ++j)
+      if (ctx.needs_grad[j]) result[j] = g_vars[j];
+    for (size_t e = 0; e < body_extra(); ++e)
+      if (ctx.needs_grad[first_body_extra + e]) result[first_body_extra + e] = g_extra[e];
+    return result;
   }
 
  private:

@@ -129,7 +129,8 @@ std::string describe_constant(const Tensor& t) {
   std::string out = fmt::format("{}{}", dtype_name(t.dtype()), shape_str(t.shape()));
   if (t.numel() > 16 || t.is_meta()) return out;
   std::string values;
-  for (double v : t.to_vector<double>()) values += fmt::format("{}{}", values.empty() ? "" : ", ", v);
+  for (double v : t.to_vector<double>())
+    values += fmt::format("{}{}", values.empty() ? "" : ", ", v);
   return out + (t.dim() == 0 ? " " + values : " [" + values + "]");
 }
 
@@ -179,10 +180,11 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
         if (const Node* reader = first_reader(a, na->outputs))
           fail("trace", node_loc(*reader, loc),
                "'{}': the constant that '{}' reads is made by {} whose attribute {} is {} with {} "
-               "and {} with {}, so it depends on {}, and the graph would keep one size; compute it with ops "
+               "and {} with {}, so it depends on {}, and the graph would keep one size; compute it "
+               "with ops "
                "on the input, or make the dim static in the signature",
-               a.name, reader->op->name(), na->op->name(), d->path, d->a.dump(), at0,
-               d->b.dump(), at1, suspects(*d, symbols));
+               a.name, reader->op->name(), na->op->name(), d->path, d->a.dump(), at0, d->b.dump(),
+               at1, suspects(*d, symbols));
       fail("trace", node_loc(*na, loc),
            "'{}': {}'s attribute {} is {} with {} and {} with {}, so it depends on {}, and the "
            "graph would keep one size; compute it with an op that reads the size from its input "
