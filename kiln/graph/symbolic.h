@@ -31,7 +31,10 @@ namespace kiln::graph {
 //   - a value dim that is one symbol's probe in both traces is that symbol; k times it is the
 //     product (printed `784*batch`); a dim that differs otherwise is printed `?`. These names
 //     are for reading: the executor uses only the inputs' dims.
-// The first trace is kept. Limits: a code path that branches on a
+// Sizes computed from a traced tensor's size through kiln::SymInt (Note [symbolic sizes]) are
+// recorded as expressions (Note [symbolic attrs]); the diff compares those expressions instead of
+// the numbers, so a reshape to [2*batch, -1] made that way traces. The first trace is kept.
+// Limits: a code path that branches on a
 // size only at sizes other than the probes (`if (batch == 1)`) is not seen; a size passed to an
 // attribute that is the same at both probes by coincidence is not seen either.
 // Note [symbolic attrs] (graph.h): after the diff, each leaf of a symbolic attr that is a static
