@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kiln/core/call_site.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
@@ -59,8 +60,9 @@ int64_t apply(SymOp op, int64_t a, int64_t b) {
 
 }  // namespace
 
-SymInt SymInt::dim_of(int value, int dim, int64_t hint) {
+SymInt SymInt::dim_of(int value, int dim, int64_t hint, const void* owner) {
   auto node = std::make_shared<SymNode>();
+  node->owner = owner;
   node->op = SymOp::kDim;
   node->value = value;
   node->dim = dim;
@@ -88,6 +90,12 @@ int64_t SymInt::evaluate(const std::function<int64_t(int value, int dim)>& dim_o
   if (!node_) return hint_;
   if (node_->op == SymOp::kDim) return dim_of(node_->value, node_->dim);
   return apply(node_->op, node_->a.evaluate(dim_of), node_->b.evaluate(dim_of));
+}
+
+bool SymInt::owned_by(const void* owner) const {
+  if (!node_) return true;
+  if (node_->op == SymOp::kDim) return node_->owner == owner;
+  return node_->a.owned_by(owner) && node_->b.owned_by(owner);
 }
 
 void SymInt::for_each_leaf(const std::function<void(int value, int dim)>& f) const {
@@ -184,7 +192,81 @@ void add_sym_attrs(SymAttrs& out, const std::string& path, const SymSizes& sizes
 
 namespace {
 thread_local detail::SymSizeHook size_hook = nullptr;
+thread_local detail::SymGuardHook guard_hook = nullptr;
 }  // namespace
+
+const char* sym_compare_name(SymCompare c) {
+  switch (c) {
+    case SymCompare::kEq:
+      return "==";
+    case SymCompare::kNe:
+      return "!=";
+    case SymCompare::kLt:
+      return "<";
+    case SymCompare::kLe:
+      return "<=";
+    case SymCompare::kGt:
+      return ">";
+    case SymCompare::kGe:
+      return ">=";
+  }
+  return "?";
+}
+
+bool sym_compare_apply(SymCompare c, int64_t a, int64_t b) {
+  switch (c) {
+    case SymCompare::kEq:
+      return a == b;
+    case SymCompare::kNe:
+      return a != b;
+    case SymCompare::kLt:
+      return a < b;
+    case SymCompare::kLe:
+      return a <= b;
+    case SymCompare::kGt:
+      return a > b;
+    case SymCompare::kGe:
+      return a >= b;
+  }
+  return false;
+}
+
+std::string SymGuard::format() const {
+  return fmt::format("{} {} {}", a.format(), sym_compare_name(compare), b.format());
+}
+
+bool sym_compare(SymCompare c, const SymInt& a, const SymInt& b) {
+  const bool result = sym_compare_apply(c, a.hint(), b.hint());
+  if ((a.is_symbolic() || b.is_symbolic()) && guard_hook)
+    guard_hook(SymGuard{c, a, b, result, describe_call_site(std::source_location::current())});
+  return result;
+}
+
+#define KILN_SYM_COMPARE_WITH(op, kind, T)  \
+  bool operator op(const SymInt& a, T b) {  \
+    return sym_compare(kind, a, SymInt(b)); \
+  }                                         \
+  bool operator op(T a, const SymInt& b) {  \
+    return sym_compare(kind, SymInt(a), b); \
+  }
+#define KILN_SYM_COMPARE(op, kind)                     \
+  bool operator op(const SymInt& a, const SymInt& b) { \
+    return sym_compare(kind, a, b);                    \
+  }                                                    \
+  KILN_SYM_COMPARE_WITH(op, kind, int)                 \
+  KILN_SYM_COMPARE_WITH(op, kind, long)                \
+  KILN_SYM_COMPARE_WITH(op, kind, long long)           \
+  KILN_SYM_COMPARE_WITH(op, kind, unsigned)            \
+  KILN_SYM_COMPARE_WITH(op, kind, unsigned long)       \
+  KILN_SYM_COMPARE_WITH(op, kind, unsigned long long)
+KILN_SYM_COMPARE(==, SymCompare::kEq)
+KILN_SYM_COMPARE(!=, SymCompare::kNe)
+KILN_SYM_COMPARE(<, SymCompare::kLt)
+KILN_SYM_COMPARE(<=, SymCompare::kLe)
+KILN_SYM_COMPARE(>, SymCompare::kGt)
+KILN_SYM_COMPARE(>=, SymCompare::kGe)
+#undef KILN_SYM_COMPARE
+#undef KILN_SYM_COMPARE_WITH
 
 SymInt sym_size(const Tensor& t, int64_t dim) {
   const int64_t d = wrap_dim(dim, t.dim(), "size");
@@ -202,6 +284,9 @@ SymSizes sym_sizes(const Tensor& t) {
 namespace detail {
 SymSizeHook set_sym_size_hook(SymSizeHook hook) {
   return std::exchange(size_hook, hook);
+}
+SymGuardHook set_sym_guard_hook(SymGuardHook hook) {
+  return std::exchange(guard_hook, hook);
 }
 }  // namespace detail
 

@@ -34,7 +34,11 @@ class SymInt {
   SymInt(int64_t hint, std::shared_ptr<const SymNode> node) : hint_(hint), node_(std::move(node)) {}
 
   // A dim of a traced value: `dim` of value `value`, of size `hint` at the traced sizes.
-  static SymInt dim_of(int value, int dim, int64_t hint);
+  // `owner` names the graph the value belongs to (the trace that made the leaf), so that a size of
+  // one graph is never read as another's value of the same number.
+  static SymInt dim_of(int value, int dim, int64_t hint, const void* owner = nullptr);
+  // Whether every leaf belongs to `owner`.
+  bool owned_by(const void* owner) const;
 
   bool is_symbolic() const { return node_ != nullptr; }
   int64_t hint() const { return hint_; }
@@ -67,7 +71,8 @@ class SymNode {
  public:
   SymOp op = SymOp::kDim;
   int value = -1, dim = -1;  // SymOp::kDim
-  SymInt a, b;               // the operands otherwise
+  const void* owner = nullptr;
+  SymInt a, b;  // the operands otherwise
 };
 
 SymInt sym_binary(SymOp op, const SymInt& a, const SymInt& b);
@@ -95,6 +100,49 @@ KILN_SYM_OPERATOR(*, SymOp::kMul)
 KILN_SYM_OPERATOR(/, SymOp::kDiv)
 KILN_SYM_OPERATOR(%, SymOp::kMod)
 #undef KILN_SYM_OPERATOR
+
+// Note [size guards]: comparing a symbolic SymInt (an `if` on x.size(0) == 1) gives the answer at
+// the traced sizes and, while a trace runs, records it as a guard: the comparison, its answer and
+// the user's line. A guard whose answer differs between the two probe traces is a trace error at
+// that line (the code takes another path for another size); one whose answer is the same is kept
+// in the graph and checked before every call, so a call that would take the other path is an
+// error naming the assumption and its line instead of a silently wrong result.
+enum class SymCompare : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+const char* sym_compare_name(SymCompare c);  // "==", ...
+bool sym_compare_apply(SymCompare c, int64_t a, int64_t b);
+
+struct SymGuard {
+  SymCompare compare = SymCompare::kEq;
+  SymInt a, b;
+  bool result = false;  // the answer at the traced sizes
+  std::string where;    // the user's line, "model.cpp:12"
+  // "size(%0, 0) == 1"
+  std::string format() const;
+};
+
+bool sym_compare(SymCompare c, const SymInt& a, const SymInt& b);
+
+// Comparisons are out-of-line functions of libkiln for each integer type, so that the user's
+// line a guard records is the caller's (an inline function's frame would name this header).
+#define KILN_SYM_COMPARE_WITH(op, T)      \
+  bool operator op(const SymInt& a, T b); \
+  bool operator op(T a, const SymInt& b);
+#define KILN_SYM_COMPARE(op)                          \
+  bool operator op(const SymInt& a, const SymInt& b); \
+  KILN_SYM_COMPARE_WITH(op, int)                      \
+  KILN_SYM_COMPARE_WITH(op, long)                     \
+  KILN_SYM_COMPARE_WITH(op, long long)                \
+  KILN_SYM_COMPARE_WITH(op, unsigned)                 \
+  KILN_SYM_COMPARE_WITH(op, unsigned long)            \
+  KILN_SYM_COMPARE_WITH(op, unsigned long long)
+KILN_SYM_COMPARE(==)
+KILN_SYM_COMPARE(!=)
+KILN_SYM_COMPARE(<)
+KILN_SYM_COMPARE(<=)
+KILN_SYM_COMPARE(>)
+KILN_SYM_COMPARE(>=)
+#undef KILN_SYM_COMPARE
+#undef KILN_SYM_COMPARE_WITH
 
 // A list of sizes as the shape-taking APIs accept it: integers, SymInts or a mix.
 using SymSizes = std::vector<SymInt>;
@@ -138,6 +186,9 @@ SymAttrs take_sym_attrs(std::string_view op);
 // dim `dim` of size `size`. Returns the hook it replaces.
 using SymSizeHook = SymInt (*)(const Tensor& t, int64_t dim, int64_t size);
 SymSizeHook set_sym_size_hook(SymSizeHook hook);
+// Where a comparison of a symbolic SymInt goes while a trace runs (Note [size guards]).
+using SymGuardHook = void (*)(SymGuard guard);
+SymGuardHook set_sym_guard_hook(SymGuardHook hook);
 }  // namespace detail
 
 }  // namespace kiln

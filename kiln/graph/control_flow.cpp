@@ -40,6 +40,11 @@ std::shared_ptr<const graph::Graph> graph::detail::trace_branch(const char* what
   tracer.start();
   const Tensors outs = fn(ins);
   graph::Graph g = tracer.finish(outs, loc);
+  if (!g.guards.empty())
+    fail(what, loc,
+         "the branch compares sizes ({} at {}); a comparison of sizes inside a branch or loop "
+         "body is not supported yet: compare outside and pass the result as the predicate",
+         g.guards[0].format(), g.guards[0].where);
   extra = graph::detail::lift_captures(g);
   graph::detail::erase_sizes(g);
   return std::make_shared<const graph::Graph>(std::move(g));

@@ -51,6 +51,31 @@ std::vector<std::pair<std::string, int64_t>> bind_symbols(const Graph& g,
 
 namespace {
 
+// Note [size guards]: what the trace assumed of the sizes must hold for this call.
+void check_guards(const Graph& g, const std::vector<Tensor>& inputs,
+                  const std::vector<std::pair<std::string, int64_t>>& symbols, const Loc& loc) {
+  if (g.guards.empty()) return;
+  auto dim_of = [&](int v, int d) -> int64_t {
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      if (g.inputs[i] == v) return inputs[i].shape()[static_cast<size_t>(d)];
+    throw InternalError(fmt::format(
+        "kiln internal error: graph '{}' has a guard on %{}, which is not an input", g.name, v));
+  };
+  for (const SymGuard& guard : g.guards) {
+    if (sym_compare_apply(guard.compare, guard.a.evaluate(dim_of), guard.b.evaluate(dim_of)) ==
+        guard.result)
+      continue;
+    std::string sizes;
+    for (const auto& [s, n] : symbols)
+      sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", s, n);
+    fail("graph '" + g.name + "'", loc,
+         "was traced assuming {} is {} (at {}), which this call breaks ({}); the code takes "
+         "another path for these sizes: branch with kiln::cond on a tensor, or trace with this "
+         "dim static",
+         guard.format(), guard.result, guard.where, sizes);
+  }
+}
+
 // Adds the graph and the node to an error a node raised at run time.
 [[noreturn]] void rethrow_in_node(const Graph& g, size_t index, const Node& node, const Error& e) {
   std::string where = fmt::format(" (in graph '{}', node {} '{}'", g.name, index, node.op->name());
@@ -64,7 +89,8 @@ namespace {
 
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc,
                         MemoryPlanner* planner) {
-  bind_symbols(g, inputs, loc);
+  const auto symbols = bind_symbols(g, inputs, loc);
+  check_guards(g, inputs, symbols, loc);
   // A shape-only run (a subgraph's inference, Note [control flow]) draws nothing.
   const bool meta_run = std::any_of(inputs.begin(), inputs.end(),
                                     [](const Tensor& t) { return t.defined() && t.is_meta(); });

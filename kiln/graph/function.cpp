@@ -167,7 +167,11 @@ struct Function::State {
       stand_ins.push_back(tracer.add_input(inputs[i], fmt::format("input{}", i)));
     tracer.start();
     std::vector<Tensor> outputs = fn(stand_ins);
-    auto graph = finished(tracer.finish(outputs, loc), loc);
+    Graph traced = tracer.finish(outputs, loc);
+    // Note [size guards]: the cache key fixes every input's shape, so every size the trace
+    // compared is the same in each call this graph serves.
+    traced.guards.clear();
+    auto graph = finished(std::move(traced), loc);
     entries.push_back({key, graph, where(loc)});
     ++stats.traces;
     return graph;

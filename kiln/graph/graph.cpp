@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kiln/ops/op_factory.h"
 
 namespace kiln::graph {
@@ -107,6 +109,17 @@ void Graph::validate(bool loaded) const {
   for (int id : outputs)
     if (!in_range(id) || !defined[static_cast<size_t>(id)])
       bad(fmt::format("output %{} is not defined", id));
+  for (const SymGuard& guard : guards)
+    for (const SymInt* side : {&guard.a, &guard.b})
+      side->for_each_leaf([&](int v, int d) {
+        // A trace's own guards may read any value until trace_symbolic folds them; a loaded
+        // graph's must read its inputs, which run() checks before the first node.
+        const bool input = std::find(inputs.begin(), inputs.end(), v) != inputs.end();
+        if (!in_range(v) || (loaded && !input) || d < 0 ||
+            static_cast<size_t>(d) >= values[static_cast<size_t>(v)].shape.size())
+          bad(fmt::format("the guard {} reads dim {} of %{}, which is not a graph input's dim",
+                          guard.format(), d, v));
+      });
 }
 
 OpPtr op_for_call(const Node& node, const std::function<int64_t(int value, int dim)>& dim_of,
@@ -194,6 +207,8 @@ std::string to_text(const Graph& g) {
     out += fmt::format("  capture {}{}: {}\n", ref(v.id), v.name.empty() ? "" : " " + v.name,
                        typed(v));
   }
+  for (const SymGuard& guard : g.guards)
+    out += fmt::format("  guard {} is {}  # {}\n", guard.format(), guard.result, guard.where);
   for (const Node& n : g.nodes) {
     std::string lhs, types;
     for (size_t i = 0; i < n.outputs.size(); ++i) {

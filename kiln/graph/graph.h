@@ -96,6 +96,9 @@ struct Graph {
   std::vector<int> inputs;
   std::vector<Capture> captures;
   std::vector<int> outputs;
+  // Note [size guards] (kiln/core/sym_int.h): what the trace assumed of the inputs' sizes; each
+  // leaf is a dim of a graph input. run() checks them before the first node.
+  std::vector<SymGuard> guards;
 
   // Adds a value and returns its id.
   int add_value(DType dtype, SymShape shape, std::string name = "");

@@ -98,10 +98,20 @@ nlohmann::json to_json(const Graph& g) {
     }
     nodes.push_back(std::move(node));
   }
-  const int version = symbolic ? kGraphFormatVersion : kGraphFormatVersionWithoutSymAttrs;
-  return {{"format", "kiln.graph"}, {"version", version}, {"name", g.name},
-          {"values", values},       {"inputs", g.inputs}, {"captures", captures},
-          {"outputs", g.outputs},   {"nodes", nodes}};
+  nlohmann::json guards = nlohmann::json::array();
+  for (const SymGuard& guard : g.guards)
+    guards.push_back({{"compare", sym_compare_name(guard.compare)},
+                      {"a", guard.a.to_json()},
+                      {"b", guard.b.to_json()},
+                      {"result", guard.result},
+                      {"where", guard.where}});
+  const int version =
+      symbolic || !guards.empty() ? kGraphFormatVersion : kGraphFormatVersionWithoutSymAttrs;
+  nlohmann::json doc = {{"format", "kiln.graph"}, {"version", version}, {"name", g.name},
+                        {"values", values},       {"inputs", g.inputs}, {"captures", captures},
+                        {"outputs", g.outputs},   {"nodes", nodes}};
+  if (!guards.empty()) doc["guards"] = std::move(guards);
+  return doc;
 }
 
 Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures) {
@@ -178,6 +188,32 @@ Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures) 
       }
     }
     g.nodes.push_back(std::move(node));
+  }
+  if (doc.contains("guards")) {
+    if (version < kGraphFormatVersion)
+      bad(fmt::format("the document has \"guards\", which version {} does not have", version));
+    const nlohmann::json& guards = array(doc["guards"], "guards");
+    for (size_t k = 0; k < guards.size(); ++k) {
+      const std::string at = fmt::format("guards[{}]", k);
+      SymGuard guard;
+      const std::string compare = text(field(guards[k], "compare", at), at + ".compare");
+      bool known = false;
+      for (SymCompare c : {SymCompare::kEq, SymCompare::kNe, SymCompare::kLt, SymCompare::kLe,
+                           SymCompare::kGt, SymCompare::kGe})
+        if (compare == sym_compare_name(c)) guard.compare = c, known = true;
+      if (!known) bad(fmt::format("{}.compare is not a comparison: \"{}\"", at, compare));
+      try {
+        guard.a = SymInt::from_json(field(guards[k], "a", at), at + ".a");
+        guard.b = SymInt::from_json(field(guards[k], "b", at), at + ".b");
+      } catch (const Error& e) {
+        bad(e.what());
+      }
+      const nlohmann::json& result = field(guards[k], "result", at);
+      if (!result.is_boolean()) bad(fmt::format("{}.result is not a boolean", at));
+      guard.result = result.get<bool>();
+      guard.where = text(field(guards[k], "where", at), at + ".where");
+      g.guards.push_back(std::move(guard));
+    }
   }
   g.validate(/*loaded=*/true);
   return g;

@@ -140,6 +140,24 @@ const Loc& node_loc(const Node& n, const Loc& fallback) {
 
 void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
   const std::string at0 = probes_text(symbols, 0), at1 = probes_text(symbols, 1);
+  // Note [size guards]: the same comparisons, with the same answers, at both probe sizes.
+  for (size_t i = 0; i < std::max(a.guards.size(), b.guards.size()); ++i) {
+    const SymGuard* ga = i < a.guards.size() ? &a.guards[i] : nullptr;
+    const SymGuard* gb = i < b.guards.size() ? &b.guards[i] : nullptr;
+    if (!ga || !gb || ga->compare != gb->compare || !ga->a.same_expression(gb->a) ||
+        !ga->b.same_expression(gb->b))
+      fail("trace", loc,
+           "'{}' compares sizes differently for different sizes of a dynamic dim: {} with {} "
+           "and {} with {}",
+           a.name, ga ? ga->format() + " at " + ga->where : "nothing", at0,
+           gb ? gb->format() + " at " + gb->where : "nothing", at1);
+    if (ga->result != gb->result)
+      fail("trace", loc,
+           "'{}' takes another path for another size: {} at {} is {} with {} and {} with {}, so "
+           "a graph would be right for some sizes only; branch with kiln::cond or kiln::where on "
+           "the tensor, or make the dim static in the signature",
+           a.name, ga->format(), ga->where, ga->result, at0, gb->result, at1);
+  }
   const size_t common = std::min(a.nodes.size(), b.nodes.size());
   for (size_t i = 0; i <= common; ++i) {
     const bool a_ends = i == a.nodes.size(), b_ends = i == b.nodes.size();
@@ -228,45 +246,79 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
 
 }  // namespace
 
-void fold_static_sym_attrs(Graph& g) {
-  // The first graph input dim that is each symbol: a leaf that is a symbol (or k times one) reads
-  // the input instead, so that passes may drop or merge the value it was read from.
-  std::vector<std::pair<std::string, SymInt>> input_dims;
-  for (int id : g.inputs) {
-    const SymShape& shape = g.value(id).shape;
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (shape[d].is_symbolic() &&
-          std::none_of(input_dims.begin(), input_dims.end(),
-                       [&](const auto& e) { return e.first == shape[d].symbol; }))
-        input_dims.emplace_back(shape[d].symbol,
-                                SymInt::dim_of(id, static_cast<int>(d), shape[d].size));
+namespace {
+
+// Note [symbolic attrs]: a leaf that is a static dim is its size; one that is a symbol (or k times
+// one) reads the first graph input dim of that symbol, so that passes may drop or merge the value
+// it was read from; any other leaf stays.
+class LeafNormalizer {
+ public:
+  explicit LeafNormalizer(const Graph& g) : g_(g) {
+    for (int id : g.inputs) {
+      const SymShape& shape = g.value(id).shape;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d].is_symbolic() && !input_dim(shape[d].symbol))
+          input_dims_.emplace_back(shape[d].symbol,
+                                   SymInt::dim_of(id, static_cast<int>(d), shape[d].size));
+    }
   }
-  auto input_dim = [&](const std::string& symbol) -> const SymInt* {
-    for (const auto& [s, leaf] : input_dims)
+  SymInt operator()(const SymInt& s) const {
+    return s.map_leaves([&](int v, int d, const SymInt& leaf) -> SymInt {
+      const Dim& dim = g_.values[static_cast<size_t>(v)].shape[static_cast<size_t>(d)];
+      if (!dim.is_symbolic()) return SymInt(dim.size);
+      if (const SymInt* in = input_dim(dim.symbol)) return *in;
+      const size_t star = dim.symbol.find('*');  // "784*batch" (Note [symbolic dims])
+      if (star != std::string::npos && star > 0)
+        if (const SymInt* in = input_dim(dim.symbol.substr(star + 1))) {
+          int64_t k = 0;
+          const char* end = dim.symbol.data() + star;
+          const auto [at, ec] = std::from_chars(dim.symbol.data(), end, k);
+          if (ec == std::errc() && at == end && k > 0) return k * *in;
+        }
+      return leaf;
+    });
+  }
+
+ private:
+  const SymInt* input_dim(const std::string& symbol) const {
+    for (const auto& [s, leaf] : input_dims_)
       if (s == symbol) return &leaf;
     return nullptr;
-  };
+  }
+  const Graph& g_;
+  std::vector<std::pair<std::string, SymInt>> input_dims_;
+};
+
+}  // namespace
+
+void fold_static_sym_attrs(Graph& g) {
+  const LeafNormalizer normalize(g);
   for (Node& n : g.nodes) {
     SymAttrs kept;
     for (SymAttr& s : n.sym_attrs) {
-      s.value = s.value.map_leaves([&](int v, int d, const SymInt& leaf) -> SymInt {
-        const Dim& dim = g.values[static_cast<size_t>(v)].shape[static_cast<size_t>(d)];
-        if (!dim.is_symbolic()) return SymInt(dim.size);
-        if (const SymInt* in = input_dim(dim.symbol)) return *in;
-        const size_t star = dim.symbol.find('*');  // "784*batch" (Note [symbolic dims])
-        if (star != std::string::npos && star > 0)
-          if (const SymInt* in = input_dim(dim.symbol.substr(star + 1))) {
-            int64_t k = 0;
-            const char* end = dim.symbol.data() + star;
-            const auto [at, ec] = std::from_chars(dim.symbol.data(), end, k);
-            if (ec == std::errc() && at == end && k > 0) return k * *in;
-          }
-        return leaf;
-      });
+      s.value = normalize(s.value);
       if (s.value.is_symbolic()) kept.push_back(std::move(s));
     }
     n.sym_attrs = std::move(kept);
   }
+  // Note [size guards]: a guard on static sizes always holds; the others must read graph inputs
+  // only, so that a call is checked before it runs.
+  std::vector<SymGuard> kept;
+  for (SymGuard& guard : g.guards) {
+    guard.a = normalize(guard.a);
+    guard.b = normalize(guard.b);
+    if (!guard.a.is_symbolic() && !guard.b.is_symbolic()) continue;
+    for (const SymInt* side : {&guard.a, &guard.b})
+      side->for_each_leaf([&](int v, int) {
+        if (std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end())
+          throw Error(fmt::format(
+              "[trace] '{}' compares {} at {}: a size that is no multiple of an input's dim "
+              "cannot be checked before a call; compare the input's sizes instead",
+              g.name, guard.format(), guard.where));
+      });
+    kept.push_back(std::move(guard));
+  }
+  g.guards = std::move(kept);
 }
 
 Graph trace_symbolic(const std::string& name, const TraceFn& fn,

@@ -153,11 +153,16 @@ class TraceMode final : public DispatchMode {
   }
   // The attrs the op's caller declared symbolic (Note [symbolic attrs]), checked against the
   // attrs: each is a number there, equal to the expression's value at the traced sizes.
-  static SymAttrs symbolic_attrs(const OpCall& call, const Op& op) {
+  SymAttrs symbolic_attrs(const OpCall& call, const Op& op) const {
     SymAttrs sym = detail::take_sym_attrs(call.op->name());
     if (sym.empty()) return sym;
     const nlohmann::json attrs = op.attrs();
     for (const SymAttr& s : sym) {
+      if (!s.value.owned_by(state_))
+        fail("trace", call.loc,
+             "{}'s attr {} = {} is computed from a size of the enclosing function inside a "
+             "branch or loop body; compute the size outside it and pass the tensor as an operand",
+             call.op->name(), s.path, s.value.format());
       const nlohmann::json::json_pointer ptr(s.path);
       if (!attrs.contains(ptr) || !attrs.at(ptr).is_number() ||
           attrs.at(ptr).get<double>() != static_cast<double>(s.value.hint()))
@@ -188,12 +193,24 @@ thread_local Tracer::State* active_trace = nullptr;
        st.graph.name, value, what);
 }
 
+// Note [size guards]: a comparison of a size of this trace, recorded with its answer.
+void record_guard(SymGuard guard) {
+  if (!active_trace || active_trace->suspended) return;
+  for (const SymInt* side : {&guard.a, &guard.b})
+    if (!side->owned_by(active_trace))
+      fail("trace", Loc::current(),
+           "'{}' compares {} at {}, a size of the enclosing function, inside a branch or loop "
+           "body; compare it outside",
+           active_trace->graph.name, guard.format(), guard.where);
+  active_trace->graph.guards.push_back(std::move(guard));
+}
+
 // Note [symbolic sizes]: a dim of a value of this trace is that value's dim.
 SymInt traced_size(const Tensor& t, int64_t dim, int64_t size) {
   if (!active_trace || active_trace->suspended) return SymInt(size);
   auto it = active_trace->value_of.find(t.impl());
   if (it == active_trace->value_of.end()) return SymInt(size);
-  return SymInt::dim_of(it->second, static_cast<int>(dim), size);
+  return SymInt::dim_of(it->second, static_cast<int>(dim), size, active_trace);
 }
 
 // Note [traced gradients]: the stand-in a captured tensor is seen as.
@@ -258,6 +275,7 @@ void Tracer::start() {
   outer_hook_ = detail::set_value_read_hook(on_value_read);
   outer_grad_hook_ = detail::set_grad_input_hook(stand_in_for_grad);
   outer_size_hook_ = detail::set_sym_size_hook(traced_size);
+  outer_guard_hook_ = detail::set_sym_guard_hook(record_guard);
 }
 
 void Tracer::stop() {
@@ -265,6 +283,7 @@ void Tracer::stop() {
   detail::set_value_read_hook(outer_hook_);
   detail::set_grad_input_hook(outer_grad_hook_);
   detail::set_sym_size_hook(outer_size_hook_);
+  detail::set_sym_guard_hook(outer_guard_hook_);
   active_trace = outer_trace_;
   if (outer_trace_) --outer_trace_->suspended;
   mixed_.reset();

@@ -75,6 +75,7 @@ class Tracer {
   kiln::detail::ValueReadHook outer_hook_ = nullptr;
   kiln::detail::GradInputHook outer_grad_hook_ = nullptr;
   kiln::detail::SymSizeHook outer_size_hook_ = nullptr;
+  kiln::detail::SymGuardHook outer_guard_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

@@ -197,5 +197,70 @@ TEST(SymSizes, AnAttrThatCannotBeComputedIsAnError) {
        "divided by zero"});
 }
 
+// Note [size guards]: `x.size(0) == 1 ? 2 * x : x` is the same path at both probe sizes; the
+// graph keeps the assumption and a call that breaks it is an error naming it and its line.
+TEST(SizeGuards, AnAssumptionOnASizeIsCheckedOnEveryCall) {
+  int line = 0;
+  auto program = [&](const Tensor& x) {
+    line = __LINE__ + 1;
+    return sym_size(x, 0) == 1 ? mul(x, 2.0) : x;
+  };
+  Function f = function([&](const Tensors& in) { return Tensors{neg(program(in[0]))}; },
+                        {TensorSpec({"batch", 3}, DType::Float32, "x")}, {.name = "f"});
+  const std::string at = "test_sym_sizes.cpp:" + std::to_string(line);
+  test::expect_contains(to_text(*f.graphs()[0]), {"guard size(%0, 0) == 1 is false  # " + at});
+  for (int64_t batch : {0, 2, 7}) {
+    Tensor x = randn({batch, 3});
+    test::expect_bit_identical(f({x})[0], neg(program(x)));
+  }
+  test::expect_error(
+      [&] {
+        f({randn({1, 3})});
+      },
+      {"graph 'f'", "was traced assuming size(%0, 0) == 1 is false (at " + at + ")", "batch = 1"});
+  // The document keeps the guard: a loaded graph checks it too.
+  const nlohmann::json doc = to_json(*f.graphs()[0]);
+  EXPECT_EQ(doc["version"], 2);
+  const Graph loaded = from_json(doc, {});
+  EXPECT_EQ(to_json(loaded), doc);
+  test::expect_bit_identical(run(loaded, {ones({4, 3})})[0], neg(ones({4, 3})));
+  test::expect_error([&] { run(loaded, {ones({1, 3})}); }, {"traced assuming", at});
+  nlohmann::json bad = doc;
+  bad["guards"][0]["compare"] = "=~";
+  test::expect_error([&] { from_json(bad, {}); }, {"guards[0].compare is not a comparison"});
+  bad = doc;
+  bad["guards"][0]["a"] = {{"dim", {1, 0}}};
+  test::expect_error([&] { from_json(bad, {}); }, {"which is not a graph input's dim"});
+  bad = doc;
+  bad["version"] = 1;
+  test::expect_error([&] { from_json(bad, {}); }, {"has \"guards\", which version 1"});
+}
+
+// A comparison whose answer differs between the probe sizes is a trace error at its line.
+TEST(SizeGuards, APathThatDependsOnTheSizeFailsTheTraceAtItsLine) {
+  int line = 0;
+  const std::string e = test::error_of([&] {
+    function(
+        [&](const Tensors& in) {
+          line = __LINE__ + 1;
+          return Tensors{sym_size(in[0], 0) > 12 ? neg(in[0]) : in[0]};
+        },
+        {TensorSpec({"batch", 3})}, {.name = "g"});
+  });
+  test::expect_contains(e, {"[trace] 'g' takes another path for another size",
+                            "size(%0, 0) > 12 at test_sym_sizes.cpp:" + std::to_string(line),
+                            "is false with batch = 11 and true with batch = 13"});
+}
+
+// Comparisons of static sizes always hold and leave no guard; eager comparisons record nothing.
+TEST(SizeGuards, StaticSizesAndEagerCodeLeaveNoGuards) {
+  Function f = function(
+      [](const Tensors& in) { return Tensors{sym_size(in[0], 1) == 3 ? neg(in[0]) : in[0]}; },
+      {TensorSpec({"batch", 3})});
+  EXPECT_TRUE(f.graphs()[0]->guards.empty());
+  EXPECT_TRUE(sym_size(ones({1, 3}), 0) == 1);
+  EXPECT_TRUE(SymInt(4) >= 3 && 2 < SymInt(3) && SymInt(5) != 4);
+}
+
 }  // namespace
 }  // namespace kiln::graph
