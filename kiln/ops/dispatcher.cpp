@@ -1,7 +1,5 @@
 #include "kiln/ops/dispatcher.h"
 
-#include <algorithm>
-
 #include <cmath>
 
 #include "kiln/core/allocator.h"
@@ -62,13 +60,6 @@ namespace {
 std::vector<Tensor> dispatch_as_given(detail::DispatchState& state, const OpPtr& op,
                                       const std::vector<Tensor>& inputs, const Loc& loc) {
   std::vector<TensorMeta> metas = op->infer(inputs, loc);
-  // Note [tracing stand-ins]: an op that meets a meta tensor beside a real one (a subgraph's
-  // shape-only run reading a real constant, `sub(1.0, t)`) computes nothing: its outputs are
-  // meta whichever input infer took the device from.
-  if (mixed_meta_depth > 0 && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
-        return t.defined() && t.is_meta();
-      }))
-    for (TensorMeta& m : metas) m.device = kMeta;
   // An output size computed from user arguments (pad, repeat, interpolate) must be countable.
   for (const TensorMeta& m : metas) shape_numel(m.shape, op->name(), loc);
   return detail::run_dispatch_modes(state, OpCall{op, inputs, metas, loc});
