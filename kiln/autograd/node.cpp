@@ -52,7 +52,10 @@ OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Te
     : op_(std::move(op)) {
   loc = call_loc;
   sequence_nr = next_sequence_nr();
+  const bool traced = detail::sizes_are_traced();
+  if (traced) input_sizes_.reserve(inputs.size());
   for (const Tensor& t : inputs) {
+    if (traced) input_sizes_.push_back(sym_sizes(t));
     input_metas_.push_back({t.shape(), t.dtype(), t.device()});
     needs_grad_.push_back(t.requires_grad());
     next_edges.push_back(t.requires_grad() ? gradient_edge(t) : Edge{});
@@ -107,7 +110,14 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
   for (const SavedTensor& s : saved_inputs_) inputs.push_back(s.unpack(self));
   for (const SavedTensor& s : saved_outputs_) outputs.push_back(s.unpack(self));
   // The engine records the gradient's own history exactly when create_graph is set.
-  VjpContext ctx{input_metas_, inputs, outputs, grads, needs_grad_, loc, GradMode::is_enabled()};
+  VjpContext ctx{input_metas_,
+                 inputs,
+                 outputs,
+                 grads,
+                 needs_grad_,
+                 loc,
+                 GradMode::is_enabled(),
+                 input_sizes_.empty() ? nullptr : &input_sizes_};
   std::vector<Tensor> result;
   // An error inside a vjp names the forward call as well as backward()'s line.
   const auto forward_call = [&] {

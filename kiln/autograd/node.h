@@ -72,6 +72,8 @@ class OpNode final : public Node {
  private:
   OpPtr op_;
   std::vector<TensorMeta> input_metas_, output_metas_;
+  // The inputs' sizes as a trace saw them (Note [size-free backward]); empty outside traces.
+  std::vector<SymSizes> input_sizes_;
   std::vector<SavedTensor> saved_inputs_, saved_outputs_;
   std::vector<bool> needs_grad_;
 };

@@ -1,5 +1,7 @@
 #include "kiln/core/sym_int.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -193,6 +195,7 @@ void add_sym_attrs(SymAttrs& out, const std::string& path, const SymSizes& sizes
 namespace {
 thread_local detail::SymSizeHook size_hook = nullptr;
 thread_local detail::SymGuardHook guard_hook = nullptr;
+thread_local detail::SymUsableHook usable_hook = nullptr;
 }  // namespace
 
 const char* sym_compare_name(SymCompare c) {
@@ -287,6 +290,15 @@ SymSizeHook set_sym_size_hook(SymSizeHook hook) {
 }
 SymGuardHook set_sym_guard_hook(SymGuardHook hook) {
   return std::exchange(guard_hook, hook);
+}
+bool sizes_are_traced() {
+  return size_hook != nullptr;
+}
+SymUsableHook set_sym_usable_hook(SymUsableHook hook) {
+  return std::exchange(usable_hook, hook);
+}
+bool sym_usable(const SymInt& s) {
+  return !s.is_symbolic() || (usable_hook != nullptr && usable_hook(s));
 }
 }  // namespace detail
 

@@ -1,9 +1,10 @@
 #pragma once
+#include <fmt/format.h>
 #include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -189,6 +190,25 @@ SymSizeHook set_sym_size_hook(SymSizeHook hook);
 // Where a comparison of a symbolic SymInt goes while a trace runs (Note [size guards]).
 using SymGuardHook = void (*)(SymGuard guard);
 SymGuardHook set_sym_guard_hook(SymGuardHook hook);
+// Whether a trace records this thread's ops now (a size hook is installed).
+bool sizes_are_traced();
+// Whether `s` may be used by the op dispatched now: a plain integer always; a symbolic one only
+// while the trace that owns its leaves records (a tape node keeps the sizes its forward saw, and
+// its backward may run elsewhere: Note [size-free backward] in kiln/ops/op.h). The tracer sets
+// the hook; with none, no symbolic size is usable.
+using SymUsableHook = bool (*)(const SymInt& s);
+SymUsableHook set_sym_usable_hook(SymUsableHook hook);
+bool sym_usable(const SymInt& s);
 }  // namespace detail
 
 }  // namespace kiln
+
+// A size prints as its number (in an error message, the size at the traced sizes); format()
+// writes the expression.
+template <>
+struct fmt::formatter<kiln::SymInt> : fmt::formatter<int64_t> {
+  template <class Context>
+  auto format(const kiln::SymInt& s, Context& ctx) const {
+    return fmt::formatter<int64_t>::format(s.hint(), ctx);
+  }
+};

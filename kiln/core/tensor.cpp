@@ -8,7 +8,13 @@
 
 namespace kiln {
 
-int64_t Tensor::size(int64_t d) const {
+SymInt Tensor::size(int64_t d) const {
+  return sym_size(*this, d);
+}
+SymSizes Tensor::sizes() const {
+  return sym_sizes(*this);
+}
+int64_t Tensor::dim_size(int64_t d) const {
   return shape()[wrap_dim(d, dim(), "size")];
 }
 int64_t Tensor::stride(int64_t d) const {

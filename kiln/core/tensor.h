@@ -13,6 +13,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/memory_format.h"
 #include "kiln/core/shape.h"
+#include "kiln/core/size_list.h"
 #include "kiln/core/storage.h"
 
 namespace kiln {
@@ -103,7 +104,13 @@ class Tensor {
   const Shape& shape() const { return checked().shape_; }
   const Strides& strides() const { return checked().strides_; }
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
-  int64_t size(int64_t d) const;
+  // The size of dim d (negative d counts from the end). A SymInt: a plain integer in eager code;
+  // while a trace runs, the traced value's dim, so that sizes computed from it stay symbolic
+  // (Note [symbolic sizes]). Library code that needs a number, never a symbol, uses dim_size.
+  SymInt size(int64_t d) const;
+  SymSizes sizes() const;
+  // The size of dim d as a number (while tracing, the size at the traced sizes).
+  int64_t dim_size(int64_t d) const;
   int64_t stride(int64_t d) const;
   int64_t numel() const { return shape_numel(shape()); }
   int64_t storage_offset() const { return checked().offset_; }
@@ -159,14 +166,14 @@ class Tensor {
   std::string to_string() const;  // PyTorch-like printing
 
   // --- defined in the ops layer ---------------------------------------------------------------
-  Tensor reshape(Shape shape, const Loc& loc = Loc::current()) const;
-  Tensor view(Shape shape, const Loc& loc = Loc::current()) const;
+  Tensor reshape(SizeList shape, const Loc& loc = Loc::current()) const;
+  Tensor view(SizeList shape, const Loc& loc = Loc::current()) const;
   Tensor permute(std::vector<int64_t> dims, const Loc& loc = Loc::current()) const;
   Tensor transpose(int64_t d0, int64_t d1, const Loc& loc = Loc::current()) const;
   Tensor t(const Loc& loc = Loc::current()) const;
-  Tensor narrow(int64_t dim, int64_t start, int64_t length, const Loc& loc = Loc::current()) const;
+  Tensor narrow(int64_t dim, SymInt start, SymInt length, const Loc& loc = Loc::current()) const;
   Tensor select(int64_t dim, int64_t index, const Loc& loc = Loc::current()) const;
-  Tensor expand(Shape shape, const Loc& loc = Loc::current()) const;
+  Tensor expand(SizeList shape, const Loc& loc = Loc::current()) const;
   Tensor squeeze(std::optional<int64_t> dim = std::nullopt, const Loc& loc = Loc::current()) const;
   Tensor unsqueeze(int64_t dim, const Loc& loc = Loc::current()) const;
   Tensor flatten(int64_t start = 0, int64_t end = -1, const Loc& loc = Loc::current()) const;

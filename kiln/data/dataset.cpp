@@ -20,7 +20,7 @@ TensorDataset::TensorDataset(Tensor data, Tensor target, const Loc& loc)
   if (!data_.defined() || data_.dim() < 1)
     fail("TensorDataset", loc, "expected a data tensor of rank >= 1, but got {}",
          data_.defined() ? data_.describe() : std::string("an undefined tensor"));
-  if (target_.defined() && (target_.dim() < 1 || target_.size(0) != data_.size(0)))
+  if (target_.defined() && (target_.dim() < 1 || target_.dim_size(0) != data_.dim_size(0)))
     fail("TensorDataset", loc, "expected data and target with equal dim 0, but got {} and {}",
          data_.describe(), target_.describe());
 }
@@ -65,11 +65,11 @@ std::shared_ptr<TensorDataset> fashion_mnist(const std::string& dir, const std::
   std::string prefix = split == "train" ? "train" : "t10k";
   Tensor images = read_idx(find_idx(dir, prefix + "-images-idx3-ubyte", loc), loc);
   Tensor labels = read_idx(find_idx(dir, prefix + "-labels-idx1-ubyte", loc), loc);
-  if (images.dim() != 3 || labels.dim() != 1 || images.size(0) != labels.size(0))
+  if (images.dim() != 3 || labels.dim() != 1 || images.dim_size(0) != labels.dim_size(0))
     fail("fashion_mnist", loc, "expected images [N, H, W] and labels [N], but got {} and {}",
          images.describe(), labels.describe());
   Tensor data = div(images.to(DType::Float32), 255.0)
-                    .reshape(Shape{images.size(0), 1, images.size(1), images.size(2)});
+                    .reshape(Shape{images.dim_size(0), 1, images.dim_size(1), images.dim_size(2)});
   return std::make_shared<TensorDataset>(data, labels.to(DType::Int64), loc);
 }
 

@@ -26,7 +26,7 @@ class Dataset {
 class TensorDataset final : public Dataset {
  public:
   TensorDataset(Tensor data, Tensor target = Tensor(), const Loc& loc = Loc::current());
-  int64_t size() const override { return data_.size(0); }
+  int64_t size() const override { return data_.dim_size(0); }
   Example get_sample(int64_t index, const SampleContext& ctx) const override;
   const Tensor& data() const { return data_; }
   const Tensor& target() const { return target_; }

@@ -83,7 +83,7 @@ Normalize::Normalize(std::vector<double> mean, std::vector<double> std, const Lo
 
 Tensor Normalize::operator()(const Tensor& x, const SampleContext&) const {
   auto channels = static_cast<int64_t>(mean_.size());
-  if (x.dim() < 3 || (channels != 1 && x.size(-3) != channels))
+  if (x.dim() < 3 || (channels != 1 && x.dim_size(-3) != channels))
     fail("Normalize", Loc::current(),
          "expected a [..., C, H, W] tensor with C = {} channels, but got {}", channels,
          x.describe());
@@ -91,7 +91,7 @@ Tensor Normalize::operator()(const Tensor& x, const SampleContext&) const {
   if (x.dtype() == DType::Float32) {
     const Tensor in = x.contiguous();
     Tensor out = empty(in.shape(), {DType::Float32});
-    const int64_t plane = in.size(-1) * in.size(-2), c_in = in.size(-3);
+    const int64_t plane = in.dim_size(-1) * in.dim_size(-2), c_in = in.dim_size(-3);
     const float* src = in.data<float>();
     float* dst = out.data<float>();
     for (int64_t p = 0; p < in.numel() / plane; ++p) {
@@ -115,8 +115,8 @@ RandomCrop::RandomCrop(int64_t size, int64_t padding, const Loc& loc)
 
 Tensor RandomCrop::operator()(const Tensor& x, const SampleContext& ctx) const {
   check_image("RandomCrop", x, Loc::current());
-  int64_t h = x.size(-2) + 2 * padding_;
-  int64_t w = x.size(-1) + 2 * padding_;
+  int64_t h = x.dim_size(-2) + 2 * padding_;
+  int64_t w = x.dim_size(-1) + 2 * padding_;
   if (h < size_ || w < size_)
     fail("RandomCrop", Loc::current(), "expected a padded image of at least {}x{}, but got {}",
          size_, size_, x.describe());
@@ -130,7 +130,7 @@ Tensor RandomCrop::operator()(const Tensor& x, const SampleContext& ctx) const {
   shape[shape.size() - 2] = size_;
   shape[shape.size() - 1] = size_;
   Tensor out = zeros(shape, {in.dtype()});
-  const int64_t ih = in.size(-2), iw = in.size(-1),
+  const int64_t ih = in.dim_size(-2), iw = in.dim_size(-1),
                 planes = in.numel() / std::max<int64_t>(1, ih * iw);
   const size_t item = itemsize(in.dtype());
   const int64_t col0 = std::max<int64_t>(0, left - padding_);
@@ -160,7 +160,7 @@ Tensor RandomHorizontalFlip::operator()(const Tensor& x, const SampleContext& ct
   if (!(uniform01(sample_bits(ctx)[0]) < p_)) return x;
   const Tensor in = x.contiguous();
   Tensor out = empty(in.shape(), {in.dtype()});
-  const int64_t w = in.size(-1);
+  const int64_t w = in.dim_size(-1);
   if (in.numel() > 0)
     reverse_rows(static_cast<const uint8_t*>(in.raw_data()), static_cast<uint8_t*>(out.raw_data()),
                  in.numel() / w, w, itemsize(in.dtype()));

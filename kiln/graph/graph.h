@@ -65,7 +65,7 @@ constexpr int kNoValue = -1;
 // Note [symbolic attrs]
 // ~~~~~~~~~~~~~~~~~~~~~
 // A node whose attrs hold sizes computed from a traced tensor's size (Note [symbolic sizes] in
-// kiln/core/sym_int.h: reshape's shape from x.size(0)) keeps, beside the op, which attrs are
+// kiln/core/sym_int.h: reshape's shape from x.dim_size(0)) keeps, beside the op, which attrs are
 // symbolic: a JSON pointer into the attrs ("/shape/0") and the expression, whose leaves are dims
 // of values defined before the node ("size(%3, 0) * 2"). The op itself holds the sizes of the
 // trace. Before the node runs, the executor evaluates each expression from the sizes of the

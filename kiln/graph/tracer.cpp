@@ -213,6 +213,11 @@ SymInt traced_size(const Tensor& t, int64_t dim, int64_t size) {
   return SymInt::dim_of(it->second, static_cast<int>(dim), size, active_trace);
 }
 
+// Note [size-free backward]: a size recorded by this trace, while it records.
+bool usable_size(const SymInt& s) {
+  return active_trace != nullptr && active_trace->suspended == 0 && s.owned_by(active_trace);
+}
+
 // Note [traced gradients]: the stand-in a captured tensor is seen as.
 Tensor stand_in_for_grad(const Tensor& t) {
   if (!active_trace) return t;
@@ -276,6 +281,7 @@ void Tracer::start() {
   outer_grad_hook_ = detail::set_grad_input_hook(stand_in_for_grad);
   outer_size_hook_ = detail::set_sym_size_hook(traced_size);
   outer_guard_hook_ = detail::set_sym_guard_hook(record_guard);
+  outer_usable_hook_ = detail::set_sym_usable_hook(usable_size);
 }
 
 void Tracer::stop() {
@@ -284,6 +290,7 @@ void Tracer::stop() {
   detail::set_grad_input_hook(outer_grad_hook_);
   detail::set_sym_size_hook(outer_size_hook_);
   detail::set_sym_guard_hook(outer_guard_hook_);
+  detail::set_sym_usable_hook(outer_usable_hook_);
   active_trace = outer_trace_;
   if (outer_trace_) --outer_trace_->suspended;
   mixed_.reset();

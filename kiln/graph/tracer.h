@@ -76,6 +76,7 @@ class Tracer {
   kiln::detail::GradInputHook outer_grad_hook_ = nullptr;
   kiln::detail::SymSizeHook outer_size_hook_ = nullptr;
   kiln::detail::SymGuardHook outer_guard_hook_ = nullptr;
+  kiln::detail::SymUsableHook outer_usable_hook_ = nullptr;
 };
 
 }  // namespace kiln::graph

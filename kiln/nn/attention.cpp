@@ -122,9 +122,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     return options.batch_first ? x : transpose(x, 0, 1, loc);
   };
   Tensor q = to_batch_major(query), k = to_batch_major(key), v = to_batch_major(value);
-  const int64_t n = q.size(0), l = q.size(1), s = k.size(1);
-  if (q.size(2) != embed_dim || k.size(2) != kdim || v.size(2) != vdim || k.size(0) != n ||
-      v.size(0) != n || v.size(1) != s)
+  const int64_t n = q.dim_size(0), l = q.dim_size(1), s = k.dim_size(1);
+  if (q.dim_size(2) != embed_dim || k.dim_size(2) != kdim || v.dim_size(2) != vdim ||
+      k.dim_size(0) != n || v.dim_size(0) != n || v.dim_size(1) != s)
     fail(kLayer, loc,
          "expected query {}, key and value with one batch size and source length and {}, {} and "
          "{} features (embed_dim, kdim, vdim){}, but got {}",

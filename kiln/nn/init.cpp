@@ -58,8 +58,8 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t, const 
     fail("calculate_fan_in_and_fan_out", loc, "expected a tensor with at least 2 dims, but got {}",
          t.describe());
   int64_t receptive = 1;
-  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
-  return {t.size(1) * receptive, t.size(0) * receptive};
+  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.dim_size(d);
+  return {t.dim_size(1) * receptive, t.dim_size(0) * receptive};
 }
 
 const Tensor& uniform_(const Tensor& t, double low, double high, Generator* gen, const Loc& loc) {
@@ -135,7 +135,7 @@ const Tensor& orthogonal_(const Tensor& t, double gain, Generator* gen, const Lo
   check_floating("orthogonal_", t, loc);
   if (t.dim() < 2)
     fail("orthogonal_", loc, "expected a tensor with at least 2 dims, but got {}", t.describe());
-  int64_t rows = t.size(0);
+  int64_t rows = t.dim_size(0);
   int64_t cols = rows == 0 ? 0 : t.numel() / rows;
   if (t.numel() == 0) return t;
   std::vector<double> a;

@@ -61,7 +61,7 @@ void Linear::reset_parameters(Generator* gen) {
 }
 
 Tensor Linear::forward(const Tensor& input) {
-  if (input.dim() < 1 || input.size(-1) != in_features)
+  if (input.dim() < 1 || input.dim_size(-1) != in_features)
     fail("Linear", Loc::current(), "expected input [..., {}], but got {}", in_features,
          input.describe());
   if (quantization) {
@@ -186,7 +186,7 @@ void BatchNorm::reset_parameters() {
 }
 
 Tensor BatchNorm::forward(const Tensor& input) {
-  if (input.dim() < rank_min_ || input.dim() > rank_max_ || input.size(1) != num_features)
+  if (input.dim() < rank_min_ || input.dim() > rank_max_ || input.dim_size(1) != num_features)
     fail(type_name(), Loc::current(),
          "expected input of rank {}{} with {} channels (dim 1), but got {}", rank_min_,
          rank_max_ == rank_min_ ? "" : fmt::format("-{}", rank_max_), num_features,

@@ -42,7 +42,7 @@ LayerQuantization& make_quantized(Module& layer, DType input_dtype, double input
   if (folded_batch_norm && dynamic_cast<Conv2d*>(&layer) == nullptr)
     fail("quantize", loc, "only a Conv2d can have a batch norm folded in, not a {}",
          layer.type_name());
-  const int64_t out = weight->size(0);
+  const int64_t out = weight->dim_size(0);
   auto q = std::make_shared<LayerQuantization>();
   q->input_dtype = input_dtype;
   q->input_scale = input_scale;
@@ -110,7 +110,7 @@ std::vector<std::string> strip_float(Module& model, const Loc& loc) {
   }
   std::vector<std::string> stripped;
   const auto empty_out = [&](const std::string& prefix, const std::string& local, const Tensor& t) {
-    if (!t.defined() || (t.dim() == 1 && t.size(0) == 0)) return;
+    if (!t.defined() || (t.dim() == 1 && t.dim_size(0) == 0)) return;
     replace_tensor_data(t, empty({0}, {.dtype = t.dtype()}));
     stripped.push_back(prefix.empty() ? local : prefix + "." + local);
   };

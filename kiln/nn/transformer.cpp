@@ -64,7 +64,7 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src) {
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask,
                                         const Tensor& src_key_padding_mask, bool is_causal,
                                         const Loc& loc) {
-  if (!src.defined() || (src.dim() != 2 && src.dim() != 3) || src.size(-1) != d_model)
+  if (!src.defined() || (src.dim() != 2 && src.dim() != 3) || src.dim_size(-1) != d_model)
     fail(kLayer, loc, "expected src {} or unbatched [S, E] with E = d_model = {}, but got {}",
          options.batch_first ? "[N, S, E]" : "[S, N, E]", d_model,
          src.defined() ? src.describe() : "an undefined tensor");

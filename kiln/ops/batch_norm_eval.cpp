@@ -35,13 +35,13 @@ class BatchNormEvalOp final : public CompositeOp {
     if (x.dim() < 2 || !is_floating(x.dtype()))
       fail(name(), loc, "expected a floating-point input of rank >= 2 (N, C, ...), but got {}",
            x.describe());
-    const Shape c{x.size(1)};
+    const Shape c{x.dim_size(1)};
     for (size_t i = 1; i < in.size(); ++i) {
       const bool stat = i < 3;
       const char* what = i == 1 ? "running_mean" : i == 2 ? "running_var" : weight_index(i);
       if (in[i].shape() != c || (stat ? !is_floating(in[i].dtype()) : in[i].dtype() != x.dtype()))
         fail(name(), loc, "expected {} of shape [{}] and {} (for input {}), but got {}", what,
-             x.size(1),
+             x.dim_size(1),
              stat ? std::string("a floating dtype") : "dtype " + std::string(dtype_name(x.dtype())),
              x.describe(), in[i].describe());
     }

@@ -165,6 +165,36 @@ Tensor scalar_like(double value, const Tensor& like) {
   return detail::wrapped_number(value, dt, like.device());
 }
 
+namespace {
+// A size as a scalar operand: the wrapped number of its value, whose `value` attr is declared
+// symbolic when the size is (Note [size lists]).
+Tensor size_scalar(const SymInt& n, const Tensor& like) {
+  SymAttrs attrs;
+  if (n.is_symbolic()) attrs.push_back({"/value", n});
+  const SymAttrScope sym("full", std::move(attrs));
+  return scalar_like(static_cast<double>(n.hint()), like);
+}
+}  // namespace
+
+#define KILN_SIZE_OPERAND(name, op)                               \
+  Tensor name(const Tensor& a, const SymInt& b, const Loc& loc) { \
+    return name(a, size_scalar(b, a), loc);                       \
+  }                                                               \
+  Tensor name(const SymInt& a, const Tensor& b, const Loc& loc) { \
+    return name(size_scalar(a, b), b, loc);                       \
+  }                                                               \
+  Tensor operator op(const Tensor& a, const SymInt& b) {          \
+    return name(a, b);                                            \
+  }                                                               \
+  Tensor operator op(const SymInt& a, const Tensor& b) {          \
+    return name(a, b);                                            \
+  }
+KILN_SIZE_OPERAND(add, +)
+KILN_SIZE_OPERAND(sub, -)
+KILN_SIZE_OPERAND(mul, *)
+KILN_SIZE_OPERAND(div, /)
+#undef KILN_SIZE_OPERAND
+
 Tensor add(const Tensor& a, const Tensor& b, const Loc& loc) {
   return binary<AddFn>(a, b, loc);
 }

@@ -31,6 +31,16 @@ Tensor sub(double a, const Tensor& b, const Loc& loc = Loc::current());
 Tensor mul(double a, const Tensor& b, const Loc& loc = Loc::current());
 Tensor div(double a, const Tensor& b, const Loc& loc = Loc::current());
 Tensor pow(double a, const Tensor& b, const Loc& loc = Loc::current());
+// A size as an operand (x / x.dim_size(0)): the same as its number, and while tracing the number
+// stays symbolic (Note [size lists]), so the graph divides by the batch of each call.
+Tensor add(const Tensor& a, const SymInt& b, const Loc& loc = Loc::current());
+Tensor sub(const Tensor& a, const SymInt& b, const Loc& loc = Loc::current());
+Tensor mul(const Tensor& a, const SymInt& b, const Loc& loc = Loc::current());
+Tensor div(const Tensor& a, const SymInt& b, const Loc& loc = Loc::current());
+Tensor add(const SymInt& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor sub(const SymInt& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor mul(const SymInt& a, const Tensor& b, const Loc& loc = Loc::current());
+Tensor div(const SymInt& a, const Tensor& b, const Loc& loc = Loc::current());
 
 // A C++ number as a zero-dim "wrapped scalar" tensor on `like`'s device.
 Tensor scalar_like(double value, const Tensor& like);
@@ -49,6 +59,14 @@ Tensor operator+(double a, const Tensor& b);
 Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, const SymInt& b);
+Tensor operator-(const Tensor& a, const SymInt& b);
+Tensor operator*(const Tensor& a, const SymInt& b);
+Tensor operator/(const Tensor& a, const SymInt& b);
+Tensor operator+(const SymInt& a, const Tensor& b);
+Tensor operator-(const SymInt& a, const Tensor& b);
+Tensor operator*(const SymInt& a, const Tensor& b);
+Tensor operator/(const SymInt& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
 
 }  // namespace kiln

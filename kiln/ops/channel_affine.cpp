@@ -33,10 +33,10 @@ class ChannelAffineOp final : public Op {
       fail(name(), loc, "expected a floating-point input of rank >= 2 (N, C, ...), but got {}",
            x.describe());
     for (size_t i = 1; i < 3; ++i)
-      if (in[i].shape() != Shape{x.size(1)} || in[i].dtype() != x.dtype() ||
+      if (in[i].shape() != Shape{x.dim_size(1)} || in[i].dtype() != x.dtype() ||
           in[i].device() != x.device())
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
-             i == 1 ? "scale" : "shift", x.size(1), dtype_name(x.dtype()), x.describe(),
+             i == 1 ? "scale" : "shift", x.dim_size(1), dtype_name(x.dtype()), x.describe(),
              in[i].describe());
     return {{x.shape(), x.dtype(), x.device(), elementwise_format({x}, x.shape())}};
   }

@@ -53,32 +53,32 @@ ConvGeometry checked_conv2d_geometry(const char* op, const Tensor& x, const Tens
   detail::check_conv_options(op, o, loc);
   detail::check_activation(op, "input", x, Tensor(), loc);
   detail::check_weight(op, w, "(O,C/groups,kH,kW)", x, loc);
-  if (x.size(-1) == 0 || x.size(-2) == 0)
+  if (x.dim_size(-1) == 0 || x.dim_size(-2) == 0)
     fail(op, loc,
          "expected an input with non-empty H and W (only N and C may be 0, as in PyTorch), but "
          "got {}",
          x.describe());
-  if (w.size(0) == 0)
+  if (w.dim_size(0) == 0)
     fail(op, loc, "expected a weight with at least one output channel, but got {}", w.describe());
-  if (w.size(0) % o.groups != 0)
+  if (w.dim_size(0) % o.groups != 0)
     fail(op, loc,
          "expected the weight's {} output channels to be divisible by groups {}, but got {}",
-         w.size(0), o.groups, w.describe());
-  const int64_t channels = w.size(1) * o.groups;
-  if (x.size(-3) != channels)
+         w.dim_size(0), o.groups, w.describe());
+  const int64_t channels = w.dim_size(1) * o.groups;
+  if (x.dim_size(-3) != channels)
     fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}", channels,
          short_desc(w), o.groups, short_desc(x));
   if (b.defined()) {
-    if (b.dim() != 1 || b.size(0) != w.size(0))
-      fail(op, loc, "expected bias of shape [{}] (weight {}), but got {}", w.size(0), short_desc(w),
-           b.describe());
+    if (b.dim() != 1 || b.dim_size(0) != w.dim_size(0))
+      fail(op, loc, "expected bias of shape [{}] (weight {}), but got {}", w.dim_size(0),
+           short_desc(w), b.describe());
     if (b.dtype() != x.dtype())
       fail(op, loc, "expected bias of the same dtype as the input {}, but got {}", short_desc(x),
            b.describe());
   }
   std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), w.shape(), o);
   if (!g)
-    detail::fail_kernel_fit(op, x.size(-2), x.size(-1), w.size(2), w.size(3), o,
+    detail::fail_kernel_fit(op, x.dim_size(-2), x.dim_size(-1), w.dim_size(2), w.dim_size(3), o,
                             "input " + short_desc(x) + " and weight " + short_desc(w), loc);
   return *g;
 }

@@ -22,7 +22,7 @@ using detail::short_desc;
 // grad must have the spatial size that conv2d gives for geometry g.
 void check_grad_size(const char* op, const Tensor& grad, const ConvGeometry& g,
                      const std::string& operands, const Loc& loc) {
-  if (grad.size(-2) != g.oh || grad.size(-1) != g.ow)
+  if (grad.dim_size(-2) != g.oh || grad.dim_size(-1) != g.ow)
     fail(op, loc,
          "expected grad of spatial size {}x{} (the conv2d output for input size {}x{} and kernel "
          "{}x{}), but got grad {} ({})",
@@ -49,20 +49,20 @@ class Conv2dBackwardInputOp final : public Op {
     if (a_.input_size.h <= 0 || a_.input_size.w <= 0)
       fail(name(), loc, "expected a positive input_size, but got [{}, {}] (grad {})",
            a_.input_size.h, a_.input_size.w, grad.describe());
-    if (w.size(0) % a_.options.groups != 0)
+    if (w.dim_size(0) % a_.options.groups != 0)
       fail(name(), loc,
            "expected the weight's {} output channels to be divisible by groups {}, but got {}",
-           w.size(0), a_.options.groups, w.describe());
-    if (grad.size(-3) != w.size(0))
-      fail(name(), loc, "expected grad with {} channels (weight {}), but got {}", w.size(0),
+           w.dim_size(0), a_.options.groups, w.describe());
+    if (grad.dim_size(-3) != w.dim_size(0))
+      fail(name(), loc, "expected grad with {} channels (weight {}), but got {}", w.dim_size(0),
            short_desc(w), short_desc(grad));
     const Shape xs =
         detail::conv_backward_input_shape(grad, w.shape(), a_.options.groups, a_.input_size);
     const std::string operands = "grad " + short_desc(grad) + " and weight " + short_desc(w);
     std::optional<ConvGeometry> g = detail::conv_geometry(xs, w.shape(), a_.options);
     if (!g)
-      detail::fail_kernel_fit(name(), a_.input_size.h, a_.input_size.w, w.size(2), w.size(3),
-                              a_.options, operands, loc);
+      detail::fail_kernel_fit(name(), a_.input_size.h, a_.input_size.w, w.dim_size(2),
+                              w.dim_size(3), a_.options, operands, loc);
     check_grad_size(name(), grad, *g, "weight " + short_desc(w), loc);
     // A channels-last float32 grad runs oneDNN's NHWC kernel, which writes the input's gradient
     // channels-last too (Note [channels-last training] in kiln/backend/onednn/conv_primitives.h).
@@ -110,16 +110,16 @@ class Conv2dBackwardWeightOp final : public Op {
       fail(name(), loc, "expected a positive kernel_size, but got [{}, {}]", a_.kernel_size.h,
            a_.kernel_size.w);
     const std::string operands = "input " + short_desc(x) + " and grad " + short_desc(grad);
-    if (grad.dim() != x.dim() || (x.dim() == 4 && grad.size(0) != x.size(0)))
+    if (grad.dim() != x.dim() || (x.dim() == 4 && grad.dim_size(0) != x.dim_size(0)))
       fail(name(), loc, "expected input and grad with the same batch dims, but got {}", operands);
-    if (x.size(-3) % groups != 0 || grad.size(-3) % groups != 0)
+    if (x.dim_size(-3) % groups != 0 || grad.dim_size(-3) % groups != 0)
       fail(name(), loc, "expected input and grad channels divisible by groups {}, but got {}",
            groups, operands);
     const Shape ws = weight_shape(x, grad);
     std::optional<ConvGeometry> g = detail::conv_geometry(x.shape(), ws, a_.options);
     if (!g)
-      detail::fail_kernel_fit(name(), x.size(-2), x.size(-1), ws[2], ws[3], a_.options, operands,
-                              loc);
+      detail::fail_kernel_fit(name(), x.dim_size(-2), x.dim_size(-1), ws[2], ws[3], a_.options,
+                              operands, loc);
     check_grad_size(name(), grad, *g, "input " + short_desc(x), loc);
     return {{ws, x.dtype(), x.device()}};
   }

@@ -45,7 +45,7 @@ class ConvBnFoldOp final : public Op {
           in[i].device() != mean.device())
         fail(name(), loc,
              "expected {} of shape [{}], dtype {} and device {} (running_mean's), but got {}",
-             input_name(i), mean.size(0), dtype_name(mean.dtype()), mean.device().name(),
+             input_name(i), mean.dim_size(0), dtype_name(mean.dtype()), mean.device().name(),
              in[i].describe());
     const TensorMeta m{mean.shape(), mean.dtype(), mean.device()};
     return {m, m};

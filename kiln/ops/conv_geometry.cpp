@@ -93,7 +93,7 @@ void check_weight(const char* op, const Tensor& w, const char* layout, const Ten
   if (w.dtype() != like.dtype())
     fail(op, loc, "expected weight of the same dtype as the input {}, but got {}", short_desc(like),
          w.describe());
-  if (w.size(2) == 0 || w.size(3) == 0)
+  if (w.dim_size(2) == 0 || w.dim_size(3) == 0)
     fail(op, loc, "expected a non-empty kernel, but got weight {}", w.describe());
 }
 

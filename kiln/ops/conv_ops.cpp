@@ -45,13 +45,13 @@ bool conv_prefers_channels_last_training() {
 }
 
 Shape conv_backward_input_shape(const Tensor& grad, const Shape& w, int64_t groups, Size2 size) {
-  if (grad.dim() == 4) return {grad.size(0), w[1] * groups, size.h, size.w};
+  if (grad.dim() == 4) return {grad.dim_size(0), w[1] * groups, size.h, size.w};
   return {w[1] * groups, size.h, size.w};
 }
 
 Shape conv_backward_weight_shape(const Tensor& x, const Tensor& grad, int64_t groups,
                                  Size2 kernel_size) {
-  return {grad.size(-3), x.size(-3) / groups, kernel_size.h, kernel_size.w};
+  return {grad.dim_size(-3), x.dim_size(-3) / groups, kernel_size.h, kernel_size.w};
 }
 
 }  // namespace detail

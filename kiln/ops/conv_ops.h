@@ -65,9 +65,9 @@ bool conv_prefers_channels_last_training();
 // weight (or weight gradient) is `weight` [O, C/groups, kH, kW]: the forward and both backwards
 // of one geometry cost the same.
 inline double conv_flops(const Tensor& activation, const Tensor& weight) {
-  return weight.size(0) == 0 ? 0.0
-                             : 2.0 * static_cast<double>(activation.numel()) *
-                                   static_cast<double>(weight.numel() / weight.size(0));
+  return weight.dim_size(0) == 0 ? 0.0
+                                 : 2.0 * static_cast<double>(activation.numel()) *
+                                       static_cast<double>(weight.numel() / weight.dim_size(0));
 }
 
 // The attributes of conv2d (Conv2dOp in conv.cpp): the options, and the purpose conv2d()

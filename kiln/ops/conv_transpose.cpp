@@ -47,20 +47,20 @@ class ConvTranspose2dOp final : public CompositeOp {
     detail::check_conv_options(op, conv_options(), loc);
     detail::check_activation(op, "input", input, Tensor(), loc);
     detail::check_weight(op, weight, "(C,O/groups,kH,kW)", input, loc);
-    if (weight.size(1) == 0)
+    if (weight.dim_size(1) == 0)
       fail(op, loc, "expected a weight with at least one output channel, but got {}",
            weight.describe());
-    if (weight.size(0) % t_.groups != 0)
+    if (weight.dim_size(0) % t_.groups != 0)
       fail(op, loc,
            "expected the weight's {} input channels to be divisible by groups {}, but got {}",
-           weight.size(0), t_.groups, weight.describe());
-    if (input.size(-3) != weight.size(0))
+           weight.dim_size(0), t_.groups, weight.describe());
+    if (input.dim_size(-3) != weight.dim_size(0))
       fail(op, loc, "expected input with {} channels (weight {}, groups {}), but got {}",
-           weight.size(0), detail::short_desc(weight), t_.groups, detail::short_desc(input));
-    const int64_t channels = weight.size(1) * t_.groups;
+           weight.dim_size(0), detail::short_desc(weight), t_.groups, detail::short_desc(input));
+    const int64_t channels = weight.dim_size(1) * t_.groups;
     if (has_bias_) {
       const Tensor& bias = in[2];
-      if (bias.dim() != 1 || bias.size(0) != channels || bias.dtype() != input.dtype())
+      if (bias.dim() != 1 || bias.dim_size(0) != channels || bias.dtype() != input.dtype())
         fail(op, loc, "expected bias of shape [{}] and dtype {} (weight {}, groups {}), but got {}",
              channels, dtype_name(input.dtype()), detail::short_desc(weight), t_.groups,
              bias.describe());
@@ -89,7 +89,7 @@ class ConvTranspose2dOp final : public CompositeOp {
     const Loc& loc = kernel_call_site();
     Tensor out =
         conv2d_backward_input(in[0], in[1], output_size(in[0], in[1]), conv_options(), loc);
-    if (has_bias_) out = add(out, reshape(in[2], {in[2].size(0), 1, 1}, loc), loc);
+    if (has_bias_) out = add(out, reshape(in[2], {in[2].dim_size(0), 1, 1}, loc), loc);
     return {contiguous(out, loc)};
   }
 
@@ -122,8 +122,8 @@ class ConvTranspose2dOp final : public CompositeOp {
   }
   Size2 output_size(const Tensor& input, const Tensor& weight) const {
     const Size2 &s = t_.stride, &p = t_.padding, &d = t_.dilation, &op = t_.output_padding;
-    return {(input.size(-2) - 1) * s.h - 2 * p.h + d.h * (weight.size(2) - 1) + op.h + 1,
-            (input.size(-1) - 1) * s.w - 2 * p.w + d.w * (weight.size(3) - 1) + op.w + 1};
+    return {(input.dim_size(-2) - 1) * s.h - 2 * p.h + d.h * (weight.dim_size(2) - 1) + op.h + 1,
+            (input.dim_size(-1) - 1) * s.w - 2 * p.w + d.w * (weight.dim_size(3) - 1) + op.w + 1};
   }
 
   ConvTranspose2dOptions t_;

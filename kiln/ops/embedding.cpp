@@ -36,7 +36,7 @@ class EmbeddingOp final : public Op {
       fail(name(), loc, "expected a weight of rank 2 [V, D], but got {}", w.describe());
     check_indices_dtype(name(), indices, loc);
     Shape shape = indices.shape();
-    shape.push_back(w.size(1));
+    shape.push_back(w.dim_size(1));
     return {{shape, w.dtype(), w.device()}};
   }
 
@@ -139,8 +139,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                  const Loc& loc) {
   if (weight.dim() != 2)
     fail("embedding", loc, "expected a weight of rank 2 [V, D], but got {}", weight.describe());
-  return call_op<EmbeddingOp>({weight, indices}, loc,
-                              wrap_padding("embedding", padding_idx, weight.size(0), weight, loc));
+  return call_op<EmbeddingOp>(
+      {weight, indices}, loc,
+      wrap_padding("embedding", padding_idx, weight.dim_size(0), weight, loc));
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,

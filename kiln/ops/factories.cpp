@@ -90,16 +90,21 @@ Tensor run_full_like(const char* fn, const Tensor& like, double value, std::opti
 
 }  // namespace
 
-Tensor zeros(Shape shape, TensorOptions options, const Loc& loc) {
-  return run_full("zeros", std::move(shape), 0.0, options, loc);
+// The factories that take a size list declare its symbolic sizes (Note [size lists]); zeros and
+// ones are `full` ops.
+Tensor zeros(SizeList shape, TensorOptions options, const Loc& loc) {
+  const SymAttrScope sym("full", shape.sym_attrs("/shape"));
+  return run_full("zeros", shape.take(), 0.0, options, loc);
 }
 
-Tensor ones(Shape shape, TensorOptions options, const Loc& loc) {
-  return run_full("ones", std::move(shape), 1.0, options, loc);
+Tensor ones(SizeList shape, TensorOptions options, const Loc& loc) {
+  const SymAttrScope sym("full", shape.sym_attrs("/shape"));
+  return run_full("ones", shape.take(), 1.0, options, loc);
 }
 
-Tensor full(Shape shape, double value, TensorOptions options, const Loc& loc) {
-  return run_full("full", std::move(shape), value, options, loc);
+Tensor full(SizeList shape, double value, TensorOptions options, const Loc& loc) {
+  const SymAttrScope sym("full", shape.sym_attrs("/shape"));
+  return run_full("full", shape.take(), value, options, loc);
 }
 
 Tensor detail::wrapped_number(double value, DType dtype, Device device) {
@@ -193,6 +198,14 @@ Tensor run_range(const char* fn, RangeKind kind, Shape shape, const TensorOption
 
 Tensor arange(double end, std::optional<TensorOptions> options, const Loc& loc) {
   return arange(0.0, end, 1.0, options, loc);
+}
+
+// [0, n) has n elements in every dtype, so the size attr is n itself.
+Tensor arange(const SymInt& end, std::optional<TensorOptions> options, const Loc& loc) {
+  SymAttrs attrs;
+  if (end.is_symbolic()) attrs.push_back({"/shape/0", end});
+  const SymAttrScope sym("arange", std::move(attrs));
+  return arange(0.0, static_cast<double>(end.hint()), 1.0, options, loc);
 }
 
 // Note [arange dtype and length]

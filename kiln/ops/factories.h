@@ -8,12 +8,17 @@
 
 namespace kiln {
 
-Tensor zeros(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::current());
-Tensor ones(Shape shape, TensorOptions options = {}, const Loc& loc = Loc::current());
-Tensor full(Shape shape, double value, TensorOptions options = {}, const Loc& loc = Loc::current());
+Tensor zeros(SizeList shape, TensorOptions options = {}, const Loc& loc = Loc::current());
+Tensor ones(SizeList shape, TensorOptions options = {}, const Loc& loc = Loc::current());
+Tensor full(SizeList shape, double value, TensorOptions options = {},
+            const Loc& loc = Loc::current());
 // [start, end) by step; the dtype defaults to int64 when all three are integers, else float32
 // (pass options to choose).
 Tensor arange(double end, std::optional<TensorOptions> options = std::nullopt,
+              const Loc& loc = Loc::current());
+// arange(x.dim_size(0)): [0, n) with a size n that stays symbolic while tracing (Note [size
+// lists]).
+Tensor arange(const SymInt& end, std::optional<TensorOptions> options = std::nullopt,
               const Loc& loc = Loc::current());
 Tensor arange(double start, double end, double step = 1.0,
               std::optional<TensorOptions> options = std::nullopt, const Loc& loc = Loc::current());
@@ -23,12 +28,12 @@ Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions opt
            const Loc& loc = Loc::current());
 
 // Random tensors from the counter-based generator (default_generator() when none is given).
-Tensor rand(Shape shape, TensorOptions options = {}, Generator* gen = nullptr,
+Tensor rand(SizeList shape, TensorOptions options = {}, Generator* gen = nullptr,
             const Loc& loc = Loc::current());
-Tensor randn(Shape shape, TensorOptions options = {}, Generator* gen = nullptr,
+Tensor randn(SizeList shape, TensorOptions options = {}, Generator* gen = nullptr,
              const Loc& loc = Loc::current());
 // Integers in [low, high); int64 unless options say otherwise.
-Tensor randint(int64_t low, int64_t high, Shape shape,
+Tensor randint(int64_t low, int64_t high, SizeList shape,
                TensorOptions options = TensorOptions{DType::Int64}, Generator* gen = nullptr,
                const Loc& loc = Loc::current());
 

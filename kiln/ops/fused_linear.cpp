@@ -30,7 +30,7 @@ class FusedLinearOp final : public Op {
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].size(-1));
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].dim_size(-1));
   }
 
   // x for the weight's gradient, the weight for x's, the output for relu's mask.

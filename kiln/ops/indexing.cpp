@@ -24,8 +24,8 @@ void check_index_dtype(const char* op, const Tensor& index, const Loc& loc) {
     fail(op, loc, "expected an int64 index, but got {}", index.describe());
 }
 
-// gather / scatter_add: index has x's rank; index.size(d) <= x.size(d) for d != dim (and, for
-// scatter_add, index.size(d) <= src.size(d) everywhere).
+// gather / scatter_add: index has x's rank; index.dim_size(d) <= x.dim_size(d) for d != dim (and,
+// for scatter_add, index.dim_size(d) <= src.dim_size(d) everywhere).
 void check_same_rank_index(const char* op, const Tensor& x, int64_t dim, const Tensor& index,
                            const Tensor* src, const Loc& loc) {
   check_index_dtype(op, index, loc);
@@ -34,14 +34,16 @@ void check_same_rank_index(const char* op, const Tensor& x, int64_t dim, const T
          src ? " and src" : "", x.describe(), index.describe(),
          src ? " and src " + src->describe() : "");
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d != dim && index.size(d) > x.size(d))
+    if (d != dim && index.dim_size(d) > x.dim_size(d))
       fail(op, loc,
-           "expected index.size(d) <= x.size(d) for every dim d != {}, but got index {} and x {} "
+           "expected index.dim_size(d) <= x.dim_size(d) for every dim d != {}, but got index {} "
+           "and x {} "
            "(dim {})",
            dim, index.describe(), x.describe(), d);
-    if (src && index.size(d) > src->size(d))
+    if (src && index.dim_size(d) > src->dim_size(d))
       fail(op, loc,
-           "expected index.size(d) <= src.size(d) for every dim d, but got index {} and src {} "
+           "expected index.dim_size(d) <= src.dim_size(d) for every dim d, but got index {} and "
+           "src {} "
            "(dim {})",
            index.describe(), src->describe(), d);
   }
@@ -73,7 +75,7 @@ class GatherOp final : public IndexDimOp {
     const Tensor &index = ctx.inputs[1], &g = ctx.grads[0];
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     const TensorMeta& x = ctx.input_metas[0];
-    return {scatter_add(zeros(x.shape, {g.dtype(), x.device}), a_.dim, index, g), Tensor()};
+    return {scatter_add(zeros(ctx.sizes_of(0), {g.dtype(), x.device}), a_.dim, index, g), Tensor()};
   }
 };
 
@@ -105,9 +107,9 @@ class ScatterAddOp final : public IndexDimOp {
       gsrc = gather(g, a_.dim, index);
       // src may be larger than index; its unused tail gets zero gradient.
       for (int64_t d = 0; d < static_cast<int64_t>(src.size()); ++d) {
-        if (gsrc.size(d) == src[d]) continue;
+        if (gsrc.dim_size(d) == src[d]) continue;
         Shape pad = gsrc.shape();
-        pad[d] = src[d] - gsrc.size(d);
+        pad[d] = src[d] - gsrc.dim_size(d);
         gsrc = cat({gsrc, zeros(pad, {gsrc.dtype()})}, d);
       }
     }

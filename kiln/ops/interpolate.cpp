@@ -108,7 +108,7 @@ class InterpolateOp final : public Op {
     if (r_.bilinear && !is_floating(x.dtype()))
       fail(name(), loc, "expected a floating-point input for bilinear mode, but got {}",
            x.describe());
-    return {{{x.size(0), x.size(1), r_.out_h, r_.out_w}, x.dtype(), x.device()}};
+    return {{{x.dim_size(0), x.dim_size(1), r_.out_h, r_.out_w}, x.dtype(), x.device()}};
   }
 
   Saves saves() const override { return {false, false}; }

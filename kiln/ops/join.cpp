@@ -50,12 +50,12 @@ class CatOp final : public Op {
              "and {} (tensor {})",
              i, ref, r.dim(), r.describe(), ref, t.describe(), i);
       for (int64_t k = 0; k < r.dim(); ++k)
-        if (k != d && t.size(k) != r.size(k))
+        if (k != d && t.dim_size(k) != r.dim_size(k))
           fail(name(), loc,
                "expected tensor {} to match tensor {} in every dimension except dim {}, but got {} "
                "(tensor {}) and {} (tensor {}): dim {} is {} vs {}",
-               i, ref, d, r.describe(), ref, t.describe(), i, k, r.size(k), t.size(k));
-      shape[d] += t.size(d);
+               i, ref, d, r.describe(), ref, t.describe(), i, k, r.dim_size(k), t.dim_size(k));
+      shape[d] += t.dim_size(d);
     }
     return {{shape, result_type(in), r.device()}};
   }
@@ -127,7 +127,7 @@ int64_t split_dim(const char* op, const Tensor& x, int64_t dim, const Loc& loc) 
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim, const Loc& loc) {
   const int64_t d = split_dim("split", x, dim, loc);
-  const int64_t n = x.size(d);
+  const int64_t n = x.dim_size(d);
   if (split_size < 0 || (split_size == 0 && n > 0))
     fail("split", loc, "expected a positive split_size, but got {} for dim {} of {}", split_size, d,
          x.describe());
@@ -151,10 +151,10 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     total += s;
     negative = negative || s < 0;
   }
-  if (negative || total != x.size(d))
+  if (negative || total != x.dim_size(d))
     fail("split", loc,
          "expected non-negative split sizes that add up to {} (dim {} of {}), but got {} (sum {})",
-         x.size(d), d, x.describe(), shape_str(sizes), total);
+         x.dim_size(d), d, x.describe(), shape_str(sizes), total);
   std::vector<Tensor> out;
   out.reserve(sizes.size());
   int64_t start = 0;
@@ -170,7 +170,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, const Lo
   if (chunks <= 0)
     fail("chunk", loc, "expected a positive number of chunks, but got {} for {}", chunks,
          x.describe());
-  const int64_t n = x.size(d);
+  const int64_t n = x.dim_size(d);
   // As torch.chunk: an empty dim still gives `chunks` (empty) pieces.
   if (n == 0) return split(x, std::vector<int64_t>(chunks, 0), d, loc);
   return split(x, (n + chunks - 1) / chunks, d, loc);

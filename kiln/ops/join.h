@@ -10,7 +10,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, const Loc& loc
 // Pieces of `split_size` along dim (the last may be smaller); views of x.
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0,
                           const Loc& loc = Loc::current());
-// Pieces with the given sizes, which must add up to x.size(dim).
+// Pieces with the given sizes, which must add up to x.dim_size(dim).
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0,
                           const Loc& loc = Loc::current());
 // `chunks` pieces of ceil(size / chunks), as torch.chunk (may return fewer).

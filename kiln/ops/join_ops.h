@@ -11,7 +11,7 @@ namespace detail {
 // PyTorch still accepts 1-D empty tensors of any other rank in cat and skips them (legacy
 // behavior that code relying on "start from torch.tensor([])" needs).
 inline bool skipped_in_cat(const Tensor& t) {
-  return t.dim() == 1 && t.size(0) == 0;
+  return t.dim() == 1 && t.dim_size(0) == 0;
 }
 
 // cat: the dim (not yet wrapped).

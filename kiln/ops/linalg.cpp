@@ -35,8 +35,8 @@ void detail::check_matmul_operands(const char* op, const Tensor& a, const Tensor
   if (!is_floating(a.dtype()))
     fail(op, loc, "expected floating-point operands (unsupported dtype {}), but got {} and {}",
          dtype_name(a.dtype()), a.describe(), b.describe());
-  const int64_t ka = a.size(-1);
-  const int64_t kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  const int64_t ka = a.dim_size(-1);
+  const int64_t kb = b.dim() == 1 ? b.dim_size(0) : b.dim_size(-2);
   if (ka != kb)
     fail(op, loc, "expected the inner dimensions to match, but got {} @ {} ({} != {})",
          detail::matmul_desc(a), detail::matmul_desc(b), ka, kb);
@@ -56,14 +56,14 @@ class BmmOp final : public Op {
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor &a = in[0], &b = in[1];
     check_operands(name(), a, b, 3, 3, loc);
-    if (a.size(0) != b.size(0))
+    if (a.dim_size(0) != b.dim_size(0))
       fail(name(), loc, "expected equal batch sizes, but got {} and {} ({} != {})", a.describe(),
-           b.describe(), a.size(0), b.size(0));
-    return {{{a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device()}};
+           b.describe(), a.dim_size(0), b.dim_size(0));
+    return {{{a.dim_size(0), a.dim_size(1), b.dim_size(2)}, a.dtype(), a.device()}};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].size(2));
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].dim_size(2));
   }
 
   // Each operand's gradient reads only the other one, as for mul.

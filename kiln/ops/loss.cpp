@@ -76,8 +76,8 @@ void check_factor(const char* op, const char* what, const Tensor& factor, const 
   if (!factor.defined()) return;
   bool ok = is_floating(factor.dtype()) && factor.dim() <= like.dim();
   for (int64_t i = 1; ok && i <= factor.dim(); ++i) {
-    const int64_t f = factor.size(-i);
-    ok = f == 1 || f == like.size(-i);
+    const int64_t f = factor.dim_size(-i);
+    ok = f == 1 || f == like.dim_size(-i);
   }
   if (!ok)
     fail(op, loc, "expected a floating-point {} that broadcasts to {}, but got {}", what,
@@ -180,7 +180,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
   }
   if (reduction != Reduction::BatchMean) return reduce_loss(l, reduction, "kl_div", loc);
   const Tensor total = sum(l, {}, false, loc);
-  return input.dim() == 0 ? total : div(total, static_cast<double>(input.size(0)), loc);
+  return input.dim() == 0 ? total : div(total, input.size(0), loc);
 }
 
 }  // namespace kiln

@@ -7,7 +7,7 @@
 
 namespace kiln {
 
-// How per-element losses are combined. BatchMean (sum / input.size(0)) exists for kl_div only,
+// How per-element losses are combined. BatchMean (sum / input.dim_size(0)) exists for kl_div only,
 // where it is the mathematically correct KL divergence; other losses reject it.
 enum class Reduction { None, Mean, Sum, BatchMean };
 
@@ -67,7 +67,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                                         const Loc& loc = Loc::current());
 
 // KL(target || exp(input)) pointwise: input holds log-probabilities; target probabilities (or
-// log-probabilities with log_target). Reduction::BatchMean divides the sum by input.size(0).
+// log-probabilities with log_target). Reduction::BatchMean divides the sum by input.dim_size(0).
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
               bool log_target = false, const Loc& loc = Loc::current());
 

@@ -20,6 +20,15 @@ namespace kiln {
 
 namespace {
 
+// The positions a class loss averages over: every element but the class dim, as a size (Note
+// [size-free backward]), so a traced mean divides by each call's batch.
+SymInt positions(const SymSizes& sizes, int64_t class_dim) {
+  SymInt n = 1;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (static_cast<int64_t>(d) != class_dim) n = n * sizes[d];
+  return n;
+}
+
 using detail::check_target_values;
 using detail::ClassLayout;
 
@@ -40,7 +49,7 @@ ClassLayout check_class_args(const char* op, const Tensor& x, const Tensor& targ
          x.describe());
   ClassLayout cl;
   cl.class_dim = x.dim() == 1 ? 0 : 1;
-  cl.classes = x.size(cl.class_dim);
+  cl.classes = x.dim_size(cl.class_dim);
   cl.loss_shape = x.shape();
   cl.loss_shape.erase(cl.loss_shape.begin() + cl.class_dim);
   const DType td = target.dtype();
@@ -66,7 +75,7 @@ ClassLayout check_class_args(const char* op, const Tensor& x, const Tensor& targ
          x.describe(), target.describe());
   }
   if (weight.defined() &&
-      (weight.dim() != 1 || weight.size(0) != cl.classes || weight.dtype() != x.dtype()))
+      (weight.dim() != 1 || weight.dim_size(0) != cl.classes || weight.dtype() != x.dtype()))
     fail(op, loc, "expected weight of shape [{}] and dtype {} for input {}, but got weight {}",
          cl.classes, dtype_name(x.dtype()), x.describe(), weight.describe());
   if (reduction == Reduction::BatchMean)
@@ -130,7 +139,7 @@ class CrossEntropyOp final : public Op {
     Tensor gs = g;  // the upstream gradient times the reduction's scale, broadcastable to x
     if (a_.reduction == Reduction::None) gs = unsqueeze(g, cd);
     if (a_.reduction == Reduction::Mean)
-      gs = cl.probs ? div(g, static_cast<double>(shape_numel(cl.loss_shape))) : div(g, denom);
+      gs = cl.probs ? div(g, positions(ctx.sizes_of(0), cd)) : div(g, denom);
 
     std::vector<Tensor> grads(ctx.inputs.size());
     if (ctx.needs_grad[0]) {
@@ -260,8 +269,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     Tensor prod = mul(lp, z, loc);
     if (wv.defined()) prod = mul(prod, wv, loc);
     const Tensor per = neg(sum(prod, {cd}, false, loc), loc);
-    const auto positions = static_cast<double>(shape_numel(cl.loss_shape));
-    return apply_class_reduction(per, scalar_like(positions, per), reduction, loc);
+    if (reduction == Reduction::Mean)
+      return div(sum(per, {}, false, loc), positions(logits.sizes(), cd), loc);
+    return apply_class_reduction(per, Tensor(), reduction, loc);
   }
   const Tensor nll = nll_loss(lp, target, weight, ignore_index, reduction, loc);
   if (eps == 0) return nll;

@@ -32,10 +32,6 @@ Shape broadcast_batch(const Shape& batch_a, const Shape& batch_b, const Tensor& 
 
 // [rows, last]: every dim but the last folded into rows (explicit, since -1 cannot be inferred
 // when the last dim is 0).
-Shape as_rows(const Shape& s) {
-  return {shape_numel(Shape(s.begin(), s.end() - 1)), s.back()};
-}
-
 // x as a matrix of rows [prod(leading dims), last], without naming the row count, so a traced
 // gradient serves every batch size (Note [size-free shape attrs]).
 Tensor rows_of(const Tensor& x, const Loc& loc) {
@@ -60,35 +56,35 @@ class MatmulOp final : public CompositeOp {
     Shape shape;
     if (b.dim() <= 2) {
       shape.assign(a.shape().begin(), a.shape().end() - 1);
-      if (b.dim() == 2) shape.push_back(b.size(1));
+      if (b.dim() == 2) shape.push_back(b.dim_size(1));
     } else {
       const int64_t m_dims = a.dim() == 1 ? 1 : 2;
       const Shape batch = broadcast_batch(Shape(a.shape().begin(), a.shape().end() - m_dims),
                                           Shape(b.shape().begin(), b.shape().end() - 2), a, b, loc);
-      shape = a.dim() == 1 ? with_tail(batch, {b.size(-1)})
-                           : with_tail(batch, {a.size(-2), b.size(-1)});
+      shape = a.dim() == 1 ? with_tail(batch, {b.dim_size(-1)})
+                           : with_tail(batch, {a.dim_size(-2), b.dim_size(-1)});
     }
     return {{shape, a.dtype(), a.device()}};
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].size(-1));
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[0].dim_size(-1));
   }
 
   std::vector<Tensor> decompose(const std::vector<Tensor>& in) const override {
     const Loc& loc = kernel_call_site();
     const Tensor &a = in[0], &b = in[1];
-    const int64_t da = a.dim(), db = b.dim(), k = a.size(-1);
+    const int64_t da = a.dim(), db = b.dim(), k = a.dim_size(-1);
     Shape lead(a.shape().begin(), a.shape().end() - 1);  // a's dims but K
     if (db <= 2) {
       const Tensor a3 = da == 2 ? unsqueeze(a, 0, loc) : reshape(a, {1, shape_numel(lead), k}, loc);
       const Tensor b3 = db == 2 ? unsqueeze(b, 0, loc) : reshape(b, {1, k, 1}, loc);
       Shape shape = lead;
-      if (db == 2) shape.push_back(b.size(1));
+      if (db == 2) shape.push_back(b.dim_size(1));
       return {reshape(bmm(a3, b3, loc), shape, loc)};
     }
     const Tensor am = da == 1 ? unsqueeze(a, 0, loc) : a;
-    const int64_t m = am.size(-2), n = b.size(-1);
+    const int64_t m = am.dim_size(-2), n = b.dim_size(-1);
     const Shape batch = broadcast_batch(Shape(am.shape().begin(), am.shape().end() - 2),
                                         Shape(b.shape().begin(), b.shape().end() - 2), a, b, loc);
     const int64_t nb = shape_numel(batch);
@@ -118,8 +114,9 @@ class MatmulOp final : public CompositeOp {
       const Tensor& b = ctx.inputs[1];
       const Tensor bm = b_vec ? unsqueeze(b, 1, loc) : b;
       const Shape am_shape = a_vec ? Shape{1, sa[0]} : sa;
-      grads[0] =
-          reshape(sum_to(matmul(g, transpose(bm, -1, -2, loc), loc), am_shape, loc), sa, loc);
+      // Sized from the forward's trace where it recorded one (Note [size-free backward]).
+      grads[0] = reshape(sum_to(matmul(g, transpose(bm, -1, -2, loc), loc), am_shape, loc),
+                         ctx.sizes_of(0), loc);
     }
     if (ctx.needs_grad[1]) {
       const Tensor& a = ctx.inputs[0];
@@ -127,12 +124,11 @@ class MatmulOp final : public CompositeOp {
       const Shape bm_shape = b_vec ? Shape{sb[0], 1} : sb;
       Tensor gb;
       if (bm_shape.size() == 2) {
-        gb = matmul(transpose(reshape(am, as_rows(am.shape()), loc), 0, 1, loc),
-                    reshape(g, as_rows(g.shape()), loc), loc);
+        gb = matmul(transpose(rows_of(am, loc), 0, 1, loc), rows_of(g, loc), loc);
       } else {
         gb = sum_to(matmul(transpose(am, -1, -2, loc), g, loc), bm_shape, loc);
       }
-      grads[1] = reshape(gb, sb, loc);
+      grads[1] = reshape(gb, ctx.sizes_of(1), loc);
     }
     return grads;
   }
@@ -156,7 +152,7 @@ class LinearOp final : public CompositeOp {
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].size(-1));
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].dim_size(-1));
   }
 
   std::vector<Tensor> decompose(const std::vector<Tensor>& in) const override {
@@ -190,7 +186,7 @@ TensorMeta detail::linear_meta(const char* op, const std::vector<Tensor>& in, bo
     fail(op, loc, "expected {} inputs (input, weight{}), but got {}", has_bias ? 3 : 2,
          has_bias ? ", bias" : "", in.size());
   const Tensor &x = in[0], &w = in[1];
-  if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1))
+  if (x.dim() < 1 || w.dim() != 2 || x.dim_size(-1) != w.dim_size(1))
     fail(op, loc,
          "expected input [..., in_features] and weight [out_features, in_features], but got "
          "input {} and weight {}",
@@ -200,16 +196,16 @@ TensorMeta detail::linear_meta(const char* op, const std::vector<Tensor>& in, bo
          "expected floating-point input and weight of one dtype, but got input {} and weight {}",
          x.describe(), w.describe());
   Shape shape(x.shape().begin(), x.shape().end() - 1);
-  shape.push_back(w.size(0));
+  shape.push_back(w.dim_size(0));
   if (has_bias) {
     const Tensor& b = in[2];
     const bool fits = b.dtype() == x.dtype() && b.dim() <= 1 &&
-                      (b.numel() == 1 || (b.dim() == 1 && b.size(0) == w.size(0)));
+                      (b.numel() == 1 || (b.dim() == 1 && b.dim_size(0) == w.dim_size(0)));
     if (!fits)
       fail(op, loc,
            "expected a bias of shape [{}] (or one value) and dtype {} (input {}, weight {}), "
            "but got {}",
-           w.size(0), dtype_name(x.dtype()), x.describe(), w.describe(), b.describe());
+           w.dim_size(0), dtype_name(x.dtype()), x.describe(), w.describe(), b.describe());
   }
   return {shape, x.dtype(), x.device()};
 }

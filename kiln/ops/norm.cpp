@@ -51,7 +51,7 @@ class NormOp final : public Op {
     NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
     Shape pshape = a_.kind == NormKind::kLayer
                        ? Shape(x.shape().end() - a_.groups_or_k, x.shape().end())
-                       : Shape{x.size(1)};
+                       : Shape{x.dim_size(1)};
     for (size_t i = 1; i < in.size(); ++i) {
       const char* what = i == 1 && a_.has_weight ? "weight" : "bias";
       if (in[i].shape() != pshape || in[i].dtype() != x.dtype())
@@ -179,11 +179,11 @@ void check_channels_input(const char* op, const Tensor& x, const Loc& loc) {
 
 void check_running_stat(const char* what, const Tensor& t, const Tensor& x, const Loc& loc) {
   if (!t.defined()) return;
-  if (t.shape() != Shape{x.size(1)} || !is_floating(t.dtype()))
+  if (t.shape() != Shape{x.dim_size(1)} || !is_floating(t.dtype()))
     fail("batch_norm", loc,
          "expected {} of shape [{}] with a floating dtype (one per channel of input {}), but got "
          "{}",
-         what, x.size(1), x.describe(), t.describe());
+         what, x.dim_size(1), x.describe(), t.describe());
   // Running statistics are buffers: PyTorch refuses them as differentiable inputs in both modes,
   // and training would update a tensor that requires grad in place.
   if (GradMode::is_enabled() && t.requires_grad())
@@ -196,7 +196,7 @@ void check_running_stat(const char* what, const Tensor& t, const Tensor& x, cons
 // Shape [1, C, 1, ...] of x's rank, so a per-channel [C] tensor broadcasts over x.
 Shape channel_view(const Tensor& x) {
   Shape s(x.dim(), 1);
-  s[1] = x.size(1);
+  s[1] = x.dim_size(1);
   return s;
 }
 
@@ -208,7 +208,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_channels_input("batch_norm", x, loc);
   check_running_stat("running_mean", running_mean, x, loc);
   check_running_stat("running_var", running_var, x, loc);
-  const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
+  const int64_t per_channel = x.dim_size(1) == 0 ? 0 : x.numel() / x.dim_size(1);
   if (training) {
     if (per_channel == 1)
       fail("batch_norm", loc,
@@ -238,9 +238,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const bool same_dtype_needed = !autocast_dtype().has_value();
   for (const Tensor* p : {&weight, &bias})
     if (p->defined() &&
-        (p->shape() != Shape{x.size(1)} || (same_dtype_needed && p->dtype() != x.dtype())))
+        (p->shape() != Shape{x.dim_size(1)} || (same_dtype_needed && p->dtype() != x.dtype())))
       fail("batch_norm", loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
-           p == &weight ? "weight" : "bias", x.size(1), dtype_name(x.dtype()), x.describe(),
+           p == &weight ? "weight" : "bias", x.dim_size(1), dtype_name(x.dtype()), x.describe(),
            p->describe());
   // Evaluation is an affine map per channel, y = x * scale + shift, as PyTorch computes it: one
   // op (batch_norm_eval.cpp) that a tracer and an exporter see as batch norm.
@@ -262,7 +262,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps, const Loc& loc) {
   check_channels_input("group_norm", x, loc);
-  if (num_groups <= 0 || x.size(1) % num_groups != 0)
+  if (num_groups <= 0 || x.dim_size(1) % num_groups != 0)
     fail("group_norm", loc,
          "expected num_groups > 0 dividing the number of channels, but got num_groups {} for "
          "input {}",
@@ -312,7 +312,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps, const Loc& loc) {
-  Tensor y = normalize(reshape(x, {x.size(0), num_groups, -1}, loc), {2}, eps, loc);
+  Tensor y = normalize(reshape(x, {x.dim_size(0), num_groups, -1}, loc), {2}, eps, loc);
   return affine(reshape(y, x.shape(), loc), weight, bias, channel_view(x), loc);
 }
 

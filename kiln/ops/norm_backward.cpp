@@ -38,7 +38,7 @@ class BatchNormBackwardOp final : public Op {
            x.describe());
     if (g.shape() != x.shape() || g.dtype() != x.dtype() || g.device() != x.device())
       fail(name(), loc, "expected grad_out like input {}, but got {}", x.describe(), g.describe());
-    const Shape c{x.size(1)};
+    const Shape c{x.dim_size(1)};
     const char* names[] = {"mean", "var", "weight", "grad_mean", "grad_var"};
     std::vector<const char*> what{names[0], names[1]};
     if (a_.has_weight) what.push_back(names[2]);
@@ -46,7 +46,7 @@ class BatchNormBackwardOp final : public Op {
     for (size_t i = 2; i < in.size(); ++i)
       if (in[i].shape() != c || in[i].dtype() != x.dtype() || in[i].device() != x.device())
         fail(name(), loc, "expected {} of shape [{}] and dtype {} (for input {}), but got {}",
-             what[i - 2], x.size(1), dtype_name(x.dtype()), x.describe(), in[i].describe());
+             what[i - 2], x.dim_size(1), dtype_name(x.dtype()), x.describe(), in[i].describe());
     const TensorMeta param{c, x.dtype(), x.device()};
     const bool last = detail::batch_norm_keeps_channels_last(x);
     return {{x.shape(), x.dtype(), x.device(),

@@ -1,5 +1,7 @@
 #include "kiln/ops/op.h"
 
+#include <algorithm>
+
 #include "kiln/ops/kernel_table.h"
 
 namespace kiln {
@@ -22,6 +24,27 @@ void Op::kernel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
   throw InternalError(
       fmt::format("kiln internal error: op '{}' has no kernel for device {} (Note [kernel table])",
                   name(), device.name()));
+}
+
+// Note [size-free backward]: the recorded sizes where this thread's trace can use them.
+SymSizes VjpContext::sizes_of(size_t input) const {
+  if (input_sizes != nullptr && input < input_sizes->size()) {
+    const SymSizes& s = (*input_sizes)[input];
+    if (!s.empty() && std::all_of(s.begin(), s.end(), detail::sym_usable)) return s;
+  }
+  const Shape& shape = input_metas.at(input).shape;
+  return SymSizes(shape.begin(), shape.end());
+}
+
+SymInt VjpContext::size_of(size_t input, int64_t dim) const {
+  const SymSizes s = sizes_of(input);
+  return s[static_cast<size_t>(wrap_dim(dim, static_cast<int64_t>(s.size()), "size"))];
+}
+
+SymInt VjpContext::numel_of(size_t input) const {
+  SymInt n = 1;
+  for (const SymInt& s : sizes_of(input)) n = n * s;
+  return n;
 }
 
 std::vector<Tensor> Op::vjp(const VjpContext&) const {

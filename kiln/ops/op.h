@@ -45,6 +45,17 @@ struct VjpContext {
   // autodiff of a training step): a vjp may run a fused, non-differentiable kernel only when
   // this is false. It is explicit, so the same op stream means the same in every mode.
   bool create_graph = false;
+  // Note [size-free backward]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A vjp that needs an input's size (sum's gradient expands to it, mean's divides by its
+  // count) asks for it here rather than reading input_metas' shapes: when a trace recorded the
+  // forward, the tape kept each input's symbolic sizes (Note [symbolic sizes]), so the gradient
+  // traced in that trace is sized from the batch of each call, not the batch traced. Outside a
+  // trace (or in one that cannot read those sizes) the answers are the metas' numbers.
+  const std::vector<SymSizes>* input_sizes = nullptr;
+  SymSizes sizes_of(size_t input) const;
+  SymInt size_of(size_t input, int64_t dim) const;
+  SymInt numel_of(size_t input) const;
 };
 
 // Note [op definition]: an operator is declared once, as a subclass of Op:

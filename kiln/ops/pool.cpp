@@ -44,7 +44,8 @@ class MaxPool2dOp final : public Op {
   std::vector<TensorMeta> infer(const std::vector<Tensor>& in, const Loc& loc) const override {
     const Tensor& x = in[0];
     check_pool_input(name(), "input", x, loc);
-    const Size2 out = check_pool_params(name(), p_, x.size(-2), x.size(-1), x.describe(), loc);
+    const Size2 out =
+        check_pool_params(name(), p_, x.dim_size(-2), x.dim_size(-1), x.describe(), loc);
     const Shape shape = with_spatial(x.shape(), out.h, out.w);
     return {{shape, x.dtype(), x.device()}, {shape, DType::Int64, x.device()}};
   }
@@ -74,7 +75,8 @@ class AvgPool2dOp final : public Op {
     const Tensor& x = in[0];
     check_pool_input(name(), "input", x, loc);
     check_avg_params(name(), a_, loc);
-    const Size2 out = check_pool_params(name(), a_.p, x.size(-2), x.size(-1), x.describe(), loc);
+    const Size2 out =
+        check_pool_params(name(), a_.p, x.dim_size(-2), x.dim_size(-1), x.describe(), loc);
     return {{with_spatial(x.shape(), out.h, out.w), x.dtype(), x.device()}};
   }
 

@@ -51,7 +51,7 @@ class MaxPool2dBackwardOp final : public Op {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
     const Tensor& indices = ctx.inputs[1];
     const Tensor picked = gather(flatten(ctx.grads[0], -2), -1, flatten(indices, -2));
-    return {reshape(picked, ctx.input_metas[0].shape), Tensor()};
+    return {reshape(picked, ctx.sizes_of(0)), Tensor()};
   }
 
  private:

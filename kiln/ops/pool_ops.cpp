@@ -52,7 +52,7 @@ void check_pool_input(const char* op, const char* what, const Tensor& x, const L
     fail(op, loc, "expected {} of rank 3 (C,H,W) or 4 (N,C,H,W), but got {}", what, x.describe());
   if (!is_floating(x.dtype()))
     fail(op, loc, "expected a floating-point {}, but got {}", what, x.describe());
-  if (x.size(-1) == 0 || x.size(-2) == 0 || x.size(-3) == 0)
+  if (x.dim_size(-1) == 0 || x.dim_size(-2) == 0 || x.dim_size(-3) == 0)
     fail(op, loc, "expected {} with non-empty C, H and W dims, but got {}", what, x.describe());
 }
 
@@ -92,7 +92,7 @@ Shape with_spatial(const Shape& like, int64_t h, int64_t w) {
 }
 
 void check_grad_spatial(const char* op, const Tensor& grad, Size2 want, const Loc& loc) {
-  if (grad.size(-2) != want.h || grad.size(-1) != want.w)
+  if (grad.dim_size(-2) != want.h || grad.dim_size(-1) != want.w)
     fail(op, loc, "expected grad of spatial size {}x{} (the pooling output), but got {}", want.h,
          want.w, grad.describe());
 }

@@ -68,10 +68,10 @@ void check_quantized_operands(const char* op, const std::vector<Tensor>& in, int
          detail::short_desc(x));
   if (w.dtype() != DType::Int8)
     fail(op, loc, "expected an int8 weight, but got {}", detail::short_desc(w));
-  if (b.dtype() != DType::Int32 || b.dim() != 1 || b.size(0) != out_channels)
+  if (b.dtype() != DType::Int32 || b.dim() != 1 || b.dim_size(0) != out_channels)
     fail(op, loc, "expected an int32 bias of shape [{}], but got {}", out_channels,
          detail::short_desc(b));
-  if (s.dtype() != DType::Float32 || s.dim() != 1 || s.size(0) != out_channels)
+  if (s.dtype() != DType::Float32 || s.dim() != 1 || s.dim_size(0) != out_channels)
     fail(op, loc, "expected a float32 out_scale of shape [{}], but got {}", out_channels,
          detail::short_desc(s));
 }
@@ -94,28 +94,30 @@ class QuantizedConv2dOp final : public Op {
     const Tensor &x = in[0], &w = in[1];
     if (x.dim() != 4)
       fail(name(), loc, "expected input of rank 4 (N,C,H,W), but got {}", detail::short_desc(x));
-    if (w.dim() != 4 || w.size(2) == 0 || w.size(3) == 0)
+    if (w.dim() != 4 || w.dim_size(2) == 0 || w.dim_size(3) == 0)
       fail(name(), loc, "expected weight of rank 4 (O,C/groups,kH,kW), but got {}",
            detail::short_desc(w));
     const int64_t groups = options_.groups;
-    if (w.size(0) % groups != 0 || x.size(1) != w.size(1) * groups)
+    if (w.dim_size(0) % groups != 0 || x.dim_size(1) != w.dim_size(1) * groups)
       fail(name(), loc,
-           "expected input channels = weight.size(1) * groups and weight.size(0) divisible by "
+           "expected input channels = weight.dim_size(1) * groups and weight.dim_size(0) divisible "
+           "by "
            "groups ({}), but got input {} and weight {}",
            groups, detail::short_desc(x), detail::short_desc(w));
-    check_quantized_operands(name(), in, w.size(0), loc);
+    check_quantized_operands(name(), in, w.dim_size(0), loc);
     const std::optional<detail::ConvGeometry> g =
         detail::conv_geometry(x.shape(), w.shape(), options_);
     if (!g)
-      detail::fail_kernel_fit(name(), x.size(2), x.size(3), w.size(2), w.size(3), options_,
-                              detail::short_desc(x) + " and " + detail::short_desc(w), loc);
+      detail::fail_kernel_fit(name(), x.dim_size(2), x.dim_size(3), w.dim_size(2), w.dim_size(3),
+                              options_, detail::short_desc(x) + " and " + detail::short_desc(w),
+                              loc);
     return one_output(
         {{g->n, g->o, g->oh, g->ow}, DType::Float32, x.device(), MemoryFormat::kChannelsLast});
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
     return 2.0 * static_cast<double>(out[0].numel()) *
-           static_cast<double>(in[1].numel() / std::max<int64_t>(1, in[1].size(0)));
+           static_cast<double>(in[1].numel() / std::max<int64_t>(1, in[1].dim_size(0)));
   }
 
  private:
@@ -142,17 +144,17 @@ class QuantizedLinearOp final : public Op {
     const Tensor &x = in[0], &w = in[1];
     if (w.dim() != 2)
       fail(name(), loc, "expected weight of rank 2 [out, in], but got {}", detail::short_desc(w));
-    if (x.dim() < 1 || x.size(-1) != w.size(1))
-      fail(name(), loc, "expected input [..., {}] to match weight {}, but got {}", w.size(1),
+    if (x.dim() < 1 || x.dim_size(-1) != w.dim_size(1))
+      fail(name(), loc, "expected input [..., {}] to match weight {}, but got {}", w.dim_size(1),
            detail::short_desc(w), detail::short_desc(x));
-    check_quantized_operands(name(), in, w.size(0), loc);
+    check_quantized_operands(name(), in, w.dim_size(0), loc);
     Shape out = x.shape();
-    out.back() = w.size(0);
+    out.back() = w.dim_size(0);
     return one_output({out, DType::Float32, x.device()});
   }
 
   double flops(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].size(1));
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].dim_size(1));
   }
 
  private:

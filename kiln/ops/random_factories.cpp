@@ -131,8 +131,11 @@ Tensor run_random(const char* fn, Dist dist, Shape shape, TensorOptions options,
     RandomOp(dist, {shape, options}, draw).infer({}, loc);
   Generator& g = gen ? *gen : default_generator();
   const int64_t n = shape_numel(shape);
+  // On meta, and while a trace records this thread's ops (randn({x.size(0), 3}) in a traced
+  // function: the tracer runs no kernel, and the graph draws its own blocks on every run, Note
+  // [random effects]), nothing is reserved.
   Generator::State s =
-      options.device.is_meta()
+      options.device.is_meta() || kiln::detail::sizes_are_traced()
           ? g.get_state()
           : g.reserve_with_seed(random_blocks(n, wide(dist, options.dtype, draw)), loc);
   draw.seed = s.seed;
@@ -144,12 +147,14 @@ Tensor run_random(const char* fn, Dist dist, Shape shape, TensorOptions options,
 
 }  // namespace
 
-Tensor rand(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
-  return run_random("rand", Dist::kUniform, std::move(shape), options, {}, gen, loc);
+Tensor rand(SizeList shape, TensorOptions options, Generator* gen, const Loc& loc) {
+  const SymAttrScope sym("rand", shape.sym_attrs("/shape"));
+  return run_random("rand", Dist::kUniform, shape.take(), options, {}, gen, loc);
 }
 
-Tensor randn(Shape shape, TensorOptions options, Generator* gen, const Loc& loc) {
-  return run_random("randn", Dist::kNormal, std::move(shape), options, {}, gen, loc);
+Tensor randn(SizeList shape, TensorOptions options, Generator* gen, const Loc& loc) {
+  const SymAttrScope sym("randn", shape.sym_attrs("/shape"));
+  return run_random("randn", Dist::kNormal, shape.take(), options, {}, gen, loc);
 }
 
 Tensor rand_like(const Tensor& like, Generator* gen) {
@@ -162,8 +167,10 @@ Tensor randn_like(const Tensor& like, Generator* gen) {
                     Loc::current(), like);
 }
 
-Tensor randint(int64_t low, int64_t high, Shape shape, TensorOptions options, Generator* gen,
+Tensor randint(int64_t low, int64_t high, SizeList sizes, TensorOptions options, Generator* gen,
                const Loc& loc) {
+  const SymAttrScope sym("randint", sizes.sym_attrs("/shape"));
+  Shape shape = sizes.take();
   Draw d;
   d.low = low, d.high = high;
   return run_random("randint", Dist::kRandint, std::move(shape), options, d, gen, loc);

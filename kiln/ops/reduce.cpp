@@ -68,7 +68,7 @@ class SumOp final : public ReduceOp {
     if (!ctx.needs_grad[0]) return {Tensor()};
     const TensorMeta& m = ctx.input_metas[0];
     ReduceDims rd = dims_of(m, a_.dims, a_.keepdim);
-    return {expand(detail::unsqueeze_reduced(ctx.grads[0], rd), m.shape)};
+    return {expand(detail::unsqueeze_reduced(ctx.grads[0], rd), ctx.sizes_of(0))};
   }
 };
 
@@ -223,7 +223,9 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim, const Loc& loc) {
   if (!is_floating(x.dtype()))
     fail("mean", loc, "expected a floating-point input, but got {}", x.describe());
   ReduceDims rd = detail::normalize_reduce_dims("mean", x, dims, keepdim, loc);
-  const double n = static_cast<double>(rd.count);
+  // The count as a size (Note [size lists]), so a traced mean divides by each call's count.
+  SymInt n = 1;
+  for (int64_t d : rd.dims) n = n * x.size(d);
   // 16-bit floats divide before rounding, as PyTorch does (it accumulates in float32).
   if (itemsize(x.dtype()) == 2)
     return to_dtype(div(sum(to_dtype(x, DType::Float32, loc), dims, keepdim, loc), n, loc),
@@ -250,7 +252,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape, const Loc& loc) {
     fail("sum_to", loc, "expected a shape that broadcasts to the input, but got {} for {}",
          shape_str(shape), x.describe());
   Tensor s = sum(x, dims, true, loc);
-  return lead ? reshape(s, shape, loc) : s;
+  // The leading dims are 1 now: flatten them into the first kept dim rather than reshape to
+  // `shape`, so that no size is written into the graph (Note [size-free backward]).
+  if (!lead) return s;
+  return shape.empty() ? reshape(s, Shape{}, loc) : flatten(s, 0, static_cast<int64_t>(lead), loc);
 }
 
 }  // namespace kiln

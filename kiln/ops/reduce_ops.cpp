@@ -45,8 +45,15 @@ ReduceDims normalize_reduce_dims(std::string_view op, const Tensor& x, const Dim
   return normalize(op, x.shape(), dims, keepdim, loc, [&] { return x.describe(); });
 }
 
+// A reshape to keep_shape would write the kept sizes into a traced backward; with every dim
+// reduced keep_shape is all ones (size-free), otherwise each reduced dim is put back by an
+// unsqueeze (Note [size-free backward]).
 Tensor unsqueeze_reduced(const Tensor& g, const ReduceDims& rd) {
-  return g.shape() == rd.keep_shape ? g : reshape(g, rd.keep_shape);
+  if (g.shape() == rd.keep_shape) return g;
+  if (rd.dims.size() == rd.keep_shape.size()) return reshape(g, rd.keep_shape);
+  Tensor out = g;
+  for (int64_t d : rd.dims) out = unsqueeze(out, d);
+  return out;
 }
 
 ReduceDims normalize_reduce_dims(const Shape& shape, const Dims& dims, bool keepdim) {

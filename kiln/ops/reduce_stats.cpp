@@ -38,14 +38,16 @@ Tensor pow_zero_safe(const Tensor& x, double e, const Loc& loc) {
 Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim, const Loc& loc) {
   require_floating("var", x, loc);
   detail::ReduceDims rd = detail::normalize_reduce_dims("var", x, dims, keepdim, loc);
-  const int64_t dof = rd.count - correction;
+  SymInt count = 1;  // a size, so a trace divides by each call's count (Note [size lists])
+  for (int64_t d : rd.dims) count = count * x.size(d);
+  const SymInt dof = count - correction;
   // With dof <= 0 the gradient is PyTorch's formula exactly, which does not pass through the
   // mean (its share is 0 analytically, but inf - inf = nan numerically).
   Tensor m = mean(x, dims, true, loc);
   Tensor d = sub(x, dof > 0 ? m : detach(m), loc);
   Tensor ss = sum(mul(d, d, loc), dims, keepdim, loc);
-  if (dof >= 0) return div(ss, static_cast<double>(dof), loc);
-  const Tensor for_grad = div(ss, static_cast<double>(dof), loc);
+  if (dof >= 0) return div(ss, dof, loc);
+  const Tensor for_grad = div(ss, dof, loc);
   return add(detach(div(ss, 0.0, loc)), sub(for_grad, detach(for_grad), loc), loc);
 }
 

@@ -38,16 +38,16 @@ class RunningStatOp final : public Op {
     const Tensor &running = in[0], &batch = in[1], &x = in[2];
     if (x.dim() < 2)
       fail(name(), loc, "expected an input x of rank >= 2 (N, C, ...), but got {}", x.describe());
-    const Shape c{x.size(1)};
+    const Shape c{x.dim_size(1)};
     if (running.shape() != c || !is_floating(running.dtype()))
       fail(name(), loc,
            "expected a floating-point running statistic of shape [{}] (x's channels), but got {} "
            "for x {}",
-           x.size(1), running.describe(), x.describe());
+           x.dim_size(1), running.describe(), x.describe());
     if (batch.shape() != c || batch.dtype() != running.dtype())
       fail(name(), loc, "expected a batch statistic like the running one ({}), but got {}",
            running.describe(), batch.describe());
-    if (a_.unbiased && x.numel() == x.size(1) && x.numel() > 0)
+    if (a_.unbiased && x.numel() == x.dim_size(1) && x.numel() > 0)
       fail(name(), loc,
            "expected more than 1 value per channel when training, but got input {} (the "
            "unbiased variance of one value is undefined)",

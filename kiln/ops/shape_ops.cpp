@@ -115,7 +115,7 @@ class ReshapeOp final : public ViewOp {
     return {shape, *strides, x.storage_offset()};
   }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    return {reshape(ctx.grads[0], ctx.input_metas[0].shape)};
+    return {reshape(ctx.grads[0], ctx.sizes_of(0))};  // Note [size-free backward]
   }
 
  private:
@@ -226,11 +226,15 @@ class SliceBackwardOp final : public Op {
   detail::SliceBackwardAttrs a_;
 };
 
+// Note [size-free backward]: the input's sizes, and an end at the end of the dim (x[1:]) as that
+// size, come from the forward's trace.
 std::vector<Tensor> SliceOp::vjp(const VjpContext& ctx) const {
   const Shape& shape = ctx.input_metas[0].shape;
   int64_t d = wrap_dim(dim_, static_cast<int64_t>(shape.size()), "slice");
   auto [s, e] = clamp_slice(start_, end_, shape[d]);
-  return {slice_backward(ctx.grads[0], shape, d, s, e, step_)};
+  const SymSizes sizes = ctx.sizes_of(0);
+  const SymInt end = e == shape[d] ? sizes[d] : SymInt(e);
+  return {slice_backward(ctx.grads[0], sizes, d, s, end, step_)};
 }
 
 class ExpandOp final : public ViewOp {
@@ -288,7 +292,7 @@ class ShapeRuleOp : public ViewOp {
     return {shape, *strides, x.storage_offset()};
   }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    return {reshape(ctx.grads[0], ctx.input_metas[0].shape)};
+    return {reshape(ctx.grads[0], ctx.sizes_of(0))};  // Note [size-free backward]
   }
 };
 
@@ -363,7 +367,8 @@ class FlattenOp final : public ShapeRuleOp {
     if (in.empty()) return ShapeRuleOp::vjp(ctx);
     const auto rank = static_cast<int64_t>(in.size());
     const int64_t s = wrap_dim(start_, rank, "flatten"), e = wrap_dim(end_, rank, "flatten");
-    return {unflatten(ctx.grads[0], s, Shape(in.begin() + s, in.begin() + e + 1))};
+    const SymSizes sizes = ctx.sizes_of(0);
+    return {unflatten(ctx.grads[0], s, SymSizes(sizes.begin() + s, sizes.begin() + e + 1))};
   }
 
  private:
@@ -484,7 +489,9 @@ KILN_REGISTER_OP("detach", kViewSchema,
 
 }  // namespace
 
-Tensor reshape(const Tensor& x, Shape shape, const Loc& loc) {
+Tensor reshape(const Tensor& x, SizeList sizes, const Loc& loc) {
+  const SymAttrScope sym("reshape", sizes.sym_attrs("/shape"));
+  Shape shape = sizes.take();
   Shape target = infer_size(shape, x.numel(), "reshape", x, loc);
   if (!view_strides(x.shape(), x.strides(), target))  // a copy: not a view of x
     return detail::release_view(
@@ -508,8 +515,9 @@ Tensor detail::release_view(Tensor t) {
   return t;
 }
 
-Tensor view(const Tensor& x, Shape shape, const Loc& loc) {
-  return call_op<ReshapeOp>({x}, loc, "view", std::move(shape));
+Tensor view(const Tensor& x, SizeList shape, const Loc& loc) {
+  const SymAttrScope sym("view", shape.sym_attrs("/shape"));
+  return call_op<ReshapeOp>({x}, loc, "view", shape.take());
 }
 
 Tensor permute(const Tensor& x, std::vector<int64_t> dims, const Loc& loc) {
@@ -529,21 +537,32 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
   return permute(x, dims, loc);
 }
 
-Tensor slice_backward(const Tensor& grad, Shape input_shape, int64_t dim, int64_t start,
-                      int64_t end, int64_t step, const Loc& loc) {
-  return call_op<SliceBackwardOp>({grad}, loc, std::move(input_shape), dim, start, end, step);
+Tensor slice_backward(const Tensor& grad, SizeList input_shape, int64_t dim, int64_t start,
+                      SymInt end, int64_t step, const Loc& loc) {
+  SymAttrs attrs = input_shape.sym_attrs("/shape");
+  if (end.is_symbolic()) attrs.push_back({"/end", end});
+  const SymAttrScope sym("slice_backward", std::move(attrs));
+  return call_op<SliceBackwardOp>({grad}, loc, input_shape.take(), dim, start, end.hint(), step);
 }
 
-Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
+Tensor slice(const Tensor& x, int64_t dim, std::optional<SymInt> start, std::optional<SymInt> end,
              int64_t step, const Loc& loc) {
-  return call_op<SliceOp>({x}, loc, dim, start, end, step);
+  SymAttrs attrs;
+  if (start && start->is_symbolic()) attrs.push_back({"/start", *start});
+  if (end && end->is_symbolic()) attrs.push_back({"/end", *end});
+  const SymAttrScope sym("slice", std::move(attrs));
+  auto hint = [](const std::optional<SymInt>& s) {
+    return s ? std::optional<int64_t>(s->hint()) : std::nullopt;
+  };
+  return call_op<SliceOp>({x}, loc, dim, hint(start), hint(end), step);
 }
 
-Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, const Loc& loc) {
+Tensor narrow(const Tensor& x, int64_t dim, SymInt start, SymInt length, const Loc& loc) {
   int64_t d = wrap_dim(dim, x.dim(), "narrow", loc);
   int64_t size = x.shape()[d];
-  if (start < 0) start += size;
-  if (start < 0 || length < 0 || start + length > size)
+  // The checks read the numbers; the slice keeps the expressions (Note [size lists]).
+  if (start.hint() < 0) start = start + sym_size(x, d);
+  if (start.hint() < 0 || length.hint() < 0 || start.hint() + length.hint() > size)
     fail("narrow", loc,
          "expected start + length <= {} along dim {}, but got start {} and length {} "
          "for {}",
@@ -561,11 +580,12 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index, const Loc& loc) {
   return squeeze(slice(x, d, index, index + 1, 1, loc), d, loc);
 }
 
-Tensor expand(const Tensor& x, Shape shape, const Loc& loc) {
-  return call_op<ExpandOp>({x}, loc, std::move(shape));
+Tensor expand(const Tensor& x, SizeList shape, const Loc& loc) {
+  const SymAttrScope sym("expand", shape.sym_attrs("/shape"));
+  return call_op<ExpandOp>({x}, loc, shape.take());
 }
 
-Tensor broadcast_to(const Tensor& x, Shape shape, const Loc& loc) {
+Tensor broadcast_to(const Tensor& x, SizeList shape, const Loc& loc) {
   return expand(x, std::move(shape), loc);
 }
 
@@ -586,8 +606,9 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end, const Loc& loc) {
 }
 
 // Always a view: splitting one dim never needs other strides.
-Tensor unflatten(const Tensor& x, int64_t dim, Shape sizes, const Loc& loc) {
-  return call_op<UnflattenOp>({x}, loc, dim, std::move(sizes));
+Tensor unflatten(const Tensor& x, int64_t dim, SizeList sizes, const Loc& loc) {
+  const SymAttrScope sym("unflatten", sizes.sym_attrs("/sizes"));
+  return call_op<UnflattenOp>({x}, loc, dim, sizes.take());
 }
 
 Tensor detach(const Tensor& x, const Loc& loc) {

@@ -11,11 +11,11 @@
 
 namespace kiln {
 
-Tensor Tensor::reshape(Shape s, const Loc& loc) const {
-  return kiln::reshape(*this, s, loc);
+Tensor Tensor::reshape(SizeList s, const Loc& loc) const {
+  return kiln::reshape(*this, std::move(s), loc);
 }
-Tensor Tensor::view(Shape s, const Loc& loc) const {
-  return kiln::view(*this, s, loc);
+Tensor Tensor::view(SizeList s, const Loc& loc) const {
+  return kiln::view(*this, std::move(s), loc);
 }
 Tensor Tensor::permute(std::vector<int64_t> d, const Loc& loc) const {
   return kiln::permute(*this, d, loc);
@@ -27,14 +27,14 @@ Tensor Tensor::t(const Loc& loc) const {
   if (dim() > 2) fail("t", loc, "expected a tensor with at most 2 dims, but got {}", describe());
   return kiln::transpose(*this, 0, -1, loc);
 }
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length, const Loc& loc) const {
+Tensor Tensor::narrow(int64_t d, SymInt start, SymInt length, const Loc& loc) const {
   return kiln::narrow(*this, d, start, length, loc);
 }
 Tensor Tensor::select(int64_t d, int64_t index, const Loc& loc) const {
   return kiln::select(*this, d, index, loc);
 }
-Tensor Tensor::expand(Shape s, const Loc& loc) const {
-  return kiln::expand(*this, s, loc);
+Tensor Tensor::expand(SizeList s, const Loc& loc) const {
+  return kiln::expand(*this, std::move(s), loc);
 }
 Tensor Tensor::squeeze(std::optional<int64_t> d, const Loc& loc) const {
   return kiln::squeeze(*this, d, loc);
@@ -90,7 +90,7 @@ namespace {
 bool has_internal_overlap(const Tensor& t) {
   if (t.numel() == 0) return false;
   for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.strides()[d] == 0 && t.size(d) > 1) return true;
+    if (t.strides()[d] == 0 && t.dim_size(d) > 1) return true;
   return false;
 }
 

@@ -174,7 +174,7 @@ History Trainer::fit(data::DataLoader& train, const FitOptions& options, const L
           }
         }
 
-        const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
+        const int64_t n = batch.data.dim() > 0 ? batch.data.dim_size(0) : 1;
         const double batch_loss = loss.item(loc);
         loss_mean.update(batch_loss, static_cast<double>(n));
         {
@@ -262,7 +262,7 @@ Logs Trainer::run_evaluation(data::DataLoader& loader, bool notify, const Loc& l
     check_batch("evaluate", batch, loc);
     const Tensor logits = (*model_)(batch.data);
     const Tensor loss = total_loss(loss_, *model_, logits, batch.target);
-    const int64_t n = batch.data.dim() > 0 ? batch.data.size(0) : 1;
+    const int64_t n = batch.data.dim() > 0 ? batch.data.dim_size(0) : 1;
     loss_mean.update(loss.item(loc), static_cast<double>(n));
     for (auto& metric : metrics_) metric->update(logits, batch.target, loc);
     if (notify)

@@ -21,15 +21,16 @@ Batch read_batch(std::string_view op, const Tensor& logits, const Tensor& labels
     fail(op, loc, "expected defined logits and labels, but got an undefined tensor");
   if (logits.dim() != 2)
     fail(op, loc, "expected logits of rank 2 [N, C], but got {}", logits.describe());
-  if (labels.dtype() != DType::Int64 || labels.dim() != 1 || labels.size(0) != logits.size(0))
+  if (labels.dtype() != DType::Int64 || labels.dim() != 1 ||
+      labels.dim_size(0) != logits.dim_size(0))
     fail(op, loc, "expected int64 labels [N] matching logits {}, but got {}", logits.describe(),
          labels.describe());
   if (!is_floating(logits.dtype()))
     fail(op, loc, "expected floating-point logits, but got {}", logits.describe());
   NoGradGuard no_grad;
   Batch batch;
-  batch.n = logits.size(0);
-  batch.classes = logits.size(1);
+  batch.n = logits.dim_size(0);
+  batch.classes = logits.dim_size(1);
   batch.logits = logits.detach().to_vector<double>(loc);
   batch.labels = labels.to_vector<int64_t>(loc);
   for (int64_t label : batch.labels)

@@ -65,7 +65,7 @@ class Accuracy final : public TopKAccuracy {
 class ConfusionMatrix : public Metric {
  public:
   enum class Score { Precision, Recall, F1 };
-  // num_classes = 0 takes the class count from the first batch's logits.size(1).
+  // num_classes = 0 takes the class count from the first batch's logits.dim_size(1).
   explicit ConfusionMatrix(int64_t num_classes = 0, Score score = Score::F1,
                            const Loc& loc = Loc::current());
   // "precision", "recall" or "f1".

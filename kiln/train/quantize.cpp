@@ -127,7 +127,7 @@ std::pair<Tensor, Tensor> float_weight_and_bias(nn::Module& m, const nn::BatchNo
 std::pair<double, double> write_int8(const nn::LayerQuantization& q, const Tensor& weight,
                                      const Tensor& bias) {
   const Tensor w = contiguous(to_dtype(weight, DType::Float64));
-  const int64_t out = w.size(0), per = w.numel() / std::max<int64_t>(out, 1);
+  const int64_t out = w.dim_size(0), per = w.numel() / std::max<int64_t>(out, 1);
   const std::vector<double> wv = w.to_vector<double>();
   std::vector<double> bv(static_cast<size_t>(out), 0.0);
   if (bias.defined()) bv = to_dtype(bias, DType::Float64).to_vector<double>();
@@ -190,7 +190,7 @@ QuantizeResult quantize(nn::Module& model, data::DataLoader& calibration,
     NoGradGuard no_grad;
     for (const data::Example& batch : calibration) {
       model(batch.data, loc);
-      result.calibration_samples += batch.data.size(0);
+      result.calibration_samples += batch.data.dim_size(0);
       if (result.calibration_samples >= options.calibration_samples) break;
     }
   } catch (...) {

@@ -16,28 +16,6 @@ namespace {
 
 using Tensors = std::vector<Tensor>;
 
-// What the shape-taking APIs do with SymInt sizes (reshape(x, SymSizes) and the others take them
-// directly once Tensor::size returns a SymInt): declare the symbolic elements, then call the op
-// with the hints.
-Tensor sym_reshape(const Tensor& x, const SymSizes& shape) {
-  SymAttrs attrs;
-  add_sym_attrs(attrs, "/shape", shape);
-  SymAttrScope scope("reshape", std::move(attrs));
-  return reshape(x, hints_of(shape));
-}
-Tensor sym_expand(const Tensor& x, const SymSizes& shape) {
-  SymAttrs attrs;
-  add_sym_attrs(attrs, "/shape", shape);
-  SymAttrScope scope("expand", std::move(attrs));
-  return expand(x, hints_of(shape));
-}
-Tensor sym_full(const SymSizes& shape, double value) {
-  SymAttrs attrs;
-  add_sym_attrs(attrs, "/shape", shape);
-  SymAttrScope scope("full", std::move(attrs));
-  return full(hints_of(shape), value);
-}
-
 TEST(SymInt, PlainIntegersInEagerCode) {
   Tensor x = randn({6, 4});
   const SymInt n = sym_size(x, 0);
@@ -80,10 +58,10 @@ TEST(SymSizes, SizesFromTheBatchTraceOnceAndServeEverySize) {
   Tensor w = randn({12, 5});
   auto program = [&](const Tensor& x) {
     const SymInt n = sym_size(x, 0);
-    Tensor flat = sym_reshape(x, {n * 2, -1});  // [2*batch, 6]
-    Tensor back = sym_reshape(flat, {n, 12});   // [batch, 12]
-    Tensor bias = sym_expand(sum(reshape(w, {1, 12, 5}), {1}), {n, 5});
-    Tensor ones = sym_full({n, 1}, 0.5);
+    Tensor flat = reshape(x, {n * 2, -1});  // [2*batch, 6]
+    Tensor back = reshape(flat, {n, 12});   // [batch, 12]
+    Tensor bias = expand(sum(reshape(w, {1, 12, 5}), {1}), {n, 5});
+    Tensor ones = full({n, 1}, 0.5);
     return add(add(matmul(back, w), bias), ones);
   };
   Function f = function([&](const Tensors& in) { return Tensors{program(in[0])}; },
@@ -106,7 +84,7 @@ TEST(SymSizes, LeavesOfIntermediateValuesSurviveThePasses) {
     Tensor pooled = max_pool2d(x, 2);  // [batch, 1, h/2, h/2]: h/2 is no multiple of h
     const SymInt half = sym_size(pooled, 2);
     Tensor unused = relu(pooled);  // read only for its size below
-    return sym_full({sym_size(unused, 0), half * half}, 1.0);
+    return full({sym_size(unused, 0), half * half}, 1.0);
   };
   Function f = function([&](const Tensors& in) { return Tensors{program(in[0])}; },
                         {TensorSpec({"batch", 1, "h", "h"}, DType::Float32, "x")});
@@ -118,7 +96,7 @@ TEST(SymSizes, LeavesOfIntermediateValuesSurviveThePasses) {
 }
 
 TEST(SymSizes, StaticSizesFoldIntoPlainAttrs) {
-  auto program = [](const Tensor& x) { return sym_reshape(x, {sym_size(x, 1) * 4, -1}); };
+  auto program = [](const Tensor& x) { return reshape(x, {sym_size(x, 1) * 4, -1}); };
   Function f = function([&](const Tensors& in) { return Tensors{program(in[0])}; },
                         {TensorSpec({"batch", 3, 4}, DType::Float32, "x")});
   const Graph& g = *f.graphs()[0];
@@ -127,7 +105,7 @@ TEST(SymSizes, StaticSizesFoldIntoPlainAttrs) {
 }
 
 TEST(SymSizes, TheDocumentKeepsThemAsVersion2) {
-  auto program = [](const Tensor& x) { return sym_reshape(x, {sym_size(x, 0) * 3, -1}); };
+  auto program = [](const Tensor& x) { return reshape(x, {sym_size(x, 0) * 3, -1}); };
   Function f = function([&](const Tensors& in) { return Tensors{program(in[0])}; },
                         {TensorSpec({"batch", 3, 4}, DType::Float32, "x")}, {.optimize = false});
   const Graph& g = *f.graphs()[0];
@@ -184,7 +162,7 @@ TEST(SymSizes, TheDocumentKeepsThemAsVersion2) {
 TEST(SymSizes, AnAttrThatCannotBeComputedIsAnError) {
   auto program = [](const Tensor& x) {
     const SymInt n = sym_size(x, 0);
-    return sym_reshape(x, {n, n * 12 / n});
+    return reshape(x, {n, n * 12 / n});
   };
   Function f = function([&](const Tensors& in) { return Tensors{program(in[0])}; },
                         {TensorSpec({"batch", 12})}, {.name = "g"});

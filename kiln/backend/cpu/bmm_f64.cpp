@@ -66,8 +66,9 @@ struct GemmF64 {
 }  // namespace
 
 void bmm_f64_kernel(const Tensor& a, const Tensor& b_in, const Tensor& out) {
-  const Tensor b = b_in.size(2) == 1 || b_in.stride(2) == 1 ? b_in : dense(b_in, b_in.dtype());
-  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  const Tensor b = b_in.dim_size(2) == 1 || b_in.stride(2) == 1 ? b_in : dense(b_in, b_in.dtype());
+  const int64_t batch = out.dim_size(0), m = out.dim_size(1), n = out.dim_size(2),
+                k = a.dim_size(2);
   const double* pa = a.data<double>();
   const double* pb = b.data<double>();
   double* po = out.data<double>();

@@ -18,8 +18,8 @@ namespace {
 void embedding_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const Tensor& w = in[0];
   const std::vector<int64_t> idx = detail::checked_embedding_indices(
-      op.name(), in[1], w.size(0), "weight " + w.describe(), kernel_call_site());
-  const int64_t d = w.size(1), n = static_cast<int64_t>(idx.size());
+      op.name(), in[1], w.dim_size(0), "weight " + w.describe(), kernel_call_site());
+  const int64_t d = w.dim_size(1), n = static_cast<int64_t>(idx.size());
   const int64_t s0 = w.stride(0), s1 = w.stride(1);
   if (out[0].numel() == 0) return;  // D = 0 or no indices: nothing to copy (and maybe no memory)
   visit_dtype(w.dtype(), [&](auto tag) {

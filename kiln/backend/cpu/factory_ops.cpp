@@ -93,7 +93,7 @@ void linspace_fill(const Tensor& t, double start, double end) {
 
 void eye_fill(const Tensor& t) {
   fill_contiguous(t, 0.0);
-  const int64_t n = t.size(0), cols = t.size(1);
+  const int64_t n = t.dim_size(0), cols = t.dim_size(1);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(t.raw_data());

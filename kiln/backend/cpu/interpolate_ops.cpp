@@ -83,8 +83,8 @@ template <class T>
 void resize_kernel(const Tensor& x, const Tensor& out, const Taps& th, const Taps& tw,
                    bool bilinear) {
   using C = compute_t<T>;
-  const int64_t planes = x.size(0) * x.size(1), ih = x.size(2), iw = x.size(3);
-  const int64_t oh = out.size(2), ow = out.size(3);
+  const int64_t planes = x.dim_size(0) * x.dim_size(1), ih = x.dim_size(2), iw = x.dim_size(3);
+  const int64_t oh = out.dim_size(2), ow = out.dim_size(3);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   parallel_for(0, planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(oh * ow, 1)),
@@ -117,8 +117,8 @@ void resize_kernel(const Tensor& x, const Tensor& out, const Taps& th, const Tap
 // buffer, so every sum has a fixed order whatever the thread count.
 template <class T>
 void resize_backward_kernel(const Tensor& g, const Tensor& gx, const Taps& th, const Taps& tw) {
-  const int64_t planes = gx.size(0) * gx.size(1), ih = gx.size(2), iw = gx.size(3);
-  const int64_t oh = g.size(2), ow = g.size(3);
+  const int64_t planes = gx.dim_size(0) * gx.dim_size(1), ih = gx.dim_size(2), iw = gx.dim_size(3);
+  const int64_t oh = g.dim_size(2), ow = g.dim_size(3);
   const T* pg = static_cast<const T*>(g.raw_data());
   T* po = static_cast<T*>(gx.raw_data());
   parallel_for(0, planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(oh * ow, 1)),
@@ -153,8 +153,8 @@ void interpolate_kernel(const Op& op, const std::vector<Tensor>& in,
     NoGradGuard no_grad;
     x = contiguous(x);
   }
-  const Taps th = make_taps(x.size(2), r.out_h, r.factor_h, r);
-  const Taps tw = make_taps(x.size(3), r.out_w, r.factor_w, r);
+  const Taps th = make_taps(x.dim_size(2), r.out_h, r.factor_h, r);
+  const Taps tw = make_taps(x.dim_size(3), r.out_w, r.factor_w, r);
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     resize_kernel<T>(x, out[0], th, tw, r.bilinear);

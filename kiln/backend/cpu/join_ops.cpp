@@ -19,7 +19,7 @@ void cat_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<T
           make_view(out, t.shape(), out.strides(), out.storage_offset() + offset * out.stride(d));
       copy_into(slot, t);
     }
-    offset += t.size(d);
+    offset += t.dim_size(d);
   }
 }
 

@@ -33,8 +33,8 @@ void cross_entropy_rows(const Tensor& x, const Tensor& target, const std::vector
   const int64_t classes = cl.classes;
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d < cl.class_dim) outer *= x.size(d);
-    if (d > cl.class_dim) inner *= x.size(d);
+    if (d < cl.class_dim) outer *= x.dim_size(d);
+    if (d > cl.class_dim) inner *= x.dim_size(d);
   }
   auto read = [](const auto* p, int64_t k) { return static_cast<double>(static_cast<C>(p[k])); };
   const double uniform = classes > 0 ? eps / static_cast<double>(classes) : 0.0;

@@ -29,8 +29,9 @@ void norm_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<
     const Tensor& x = in[0];
     const Tensor weight = a.has_weight ? contiguous(in[1]) : Tensor();
     const Tensor bias = a.has_bias ? contiguous(in.back()) : Tensor();
-    detail::batch_norm_forward_last_kernel(x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, x,
-                                           weight, bias, out[0], out[1], out[2]);
+    detail::batch_norm_forward_last_kernel(x.dim_size(0) * x.dim_size(2) * x.dim_size(3),
+                                           x.dim_size(1), a.eps, x, weight, bias, out[0], out[1],
+                                           out[2]);
     return;
   }
   const std::vector<Tensor> c = contiguous_all(in);
@@ -51,13 +52,14 @@ void channel_affine_kernel(const Op&, const std::vector<Tensor>& in,
   if (in[0].is_channels_last() && out[0].is_channels_last()) {
     NoGradGuard no_grad;
     const Tensor& x = in[0];
-    detail::channel_affine_last_kernel(x.numel() / std::max<int64_t>(x.size(1), 1), x.size(1), x,
-                                       contiguous(in[1]), contiguous(in[2]), out[0]);
+    detail::channel_affine_last_kernel(x.numel() / std::max<int64_t>(x.dim_size(1), 1),
+                                       x.dim_size(1), x, contiguous(in[1]), contiguous(in[2]),
+                                       out[0]);
     return;
   }
   const std::vector<Tensor> c = contiguous_all(in);
   const Tensor& x = c[0];
-  const int64_t p = x.size(0), q = x.size(1);
+  const int64_t p = x.dim_size(0), q = x.dim_size(1);
   detail::channel_affine_kernel({p, q, p * q == 0 ? 0 : x.numel() / (p * q)}, x, c[1], c[2],
                                 out[0]);
 }
@@ -75,15 +77,15 @@ void batch_norm_backward_kernel(const Op& op, const std::vector<Tensor>& in,
     for (size_t i = 2; i < in.size(); ++i) c.push_back(contiguous(in[i]));
     const Tensor& x = in[1];
     detail::batch_norm_backward_last_kernel(
-        x.size(0) * x.size(2) * x.size(3), x.size(1), a.eps, c[0], x, c[2], c[3],
+        x.dim_size(0) * x.dim_size(2) * x.dim_size(3), x.dim_size(1), a.eps, c[0], x, c[2], c[3],
         a.has_weight ? c[4] : Tensor(), a.has_stat_grads ? c[s] : Tensor(),
         a.has_stat_grads ? c[s + 1] : Tensor(), out[0], out[1], out[2]);
     return;
   }
   const std::vector<Tensor> c = contiguous_all(in);
   const Tensor& x = c[1];
-  const int64_t rows = x.size(0) * x.size(1);  // 0 for an empty batch
-  const detail::BatchGeom geom{x.size(0), x.size(1), rows == 0 ? 0 : x.numel() / rows};
+  const int64_t rows = x.dim_size(0) * x.dim_size(1);  // 0 for an empty batch
+  const detail::BatchGeom geom{x.dim_size(0), x.dim_size(1), rows == 0 ? 0 : x.numel() / rows};
   detail::batch_norm_backward_kernel(
       geom, a.eps, c[0], x, c[2], c[3], a.has_weight ? c[4] : Tensor(),
       a.has_stat_grads ? c[s] : Tensor(), a.has_stat_grads ? c[s + 1] : Tensor(), out[0], out[1],

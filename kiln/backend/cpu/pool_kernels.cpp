@@ -89,7 +89,8 @@ Window adaptive_window(int64_t i, int64_t j, int64_t h, int64_t w, int64_t oh, i
 template <class WindowOf>
 void average_forward(const Tensor& x_in, const Tensor& out, WindowOf window_of) {
   const Tensor x = dense(x_in);
-  const int64_t h = x.size(-2), w = x.size(-1), oh = out.size(-2), ow = out.size(-1);
+  const int64_t h = x.dim_size(-2), w = x.dim_size(-1), oh = out.dim_size(-2),
+                ow = out.dim_size(-1);
   visit_floating(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x.raw_data());
@@ -115,7 +116,8 @@ void average_forward(const Tensor& x_in, const Tensor& out, WindowOf window_of) 
 template <class WindowOf>
 void average_backward(const Tensor& grad_in, const Tensor& out, WindowOf window_of) {
   const Tensor grad = dense(grad_in);
-  const int64_t h = out.size(-2), w = out.size(-1), oh = grad.size(-2), ow = grad.size(-1);
+  const int64_t h = out.dim_size(-2), w = out.dim_size(-1), oh = grad.dim_size(-2),
+                ow = grad.dim_size(-1);
   visit_floating(grad.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = static_cast<const T*>(grad.raw_data());
@@ -373,15 +375,16 @@ void max_pool_kernel(const PoolParams& p, const Tensor& x_in, const Tensor& valu
     const Tensor& x = x_in;
     visit_floating(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      max_pool_channels_last(p, static_cast<const T*>(x.raw_data()),
-                             static_cast<T*>(values.raw_data()),
-                             static_cast<int64_t*>(indices.raw_data()), x.size(0), x.size(1),
-                             x.size(2), x.size(3), values.size(2), values.size(3));
+      max_pool_channels_last(
+          p, static_cast<const T*>(x.raw_data()), static_cast<T*>(values.raw_data()),
+          static_cast<int64_t*>(indices.raw_data()), x.dim_size(0), x.dim_size(1), x.dim_size(2),
+          x.dim_size(3), values.dim_size(2), values.dim_size(3));
     });
     return;
   }
   const Tensor x = dense(x_in);
-  const int64_t h = x.size(-2), w = x.size(-1), oh = values.size(-2), ow = values.size(-1);
+  const int64_t h = x.dim_size(-2), w = x.dim_size(-1), oh = values.dim_size(-2),
+                ow = values.dim_size(-1);
   int64_t* pi = static_cast<int64_t*>(indices.raw_data());
   const bool dilation1 = p.dilation.h == 1 && p.dilation.w == 1;
   visit_floating(x.dtype(), [&](auto tag) {
@@ -427,8 +430,8 @@ void max_pool_kernel(const PoolParams& p, const Tensor& x_in, const Tensor& valu
 int64_t max_pool_backward_kernel(const Tensor& grad_in, const Tensor& indices_in,
                                  const Tensor& out) {
   const Tensor grad = dense(grad_in), indices = dense(indices_in);
-  const int64_t plane_in = out.size(-2) * out.size(-1);
-  const int64_t plane_out = grad.size(-2) * grad.size(-1);
+  const int64_t plane_in = out.dim_size(-2) * out.dim_size(-1);
+  const int64_t plane_out = grad.dim_size(-2) * grad.dim_size(-1);
   const int64_t count = indices.numel();
   const int64_t* pi = static_cast<const int64_t*>(indices.raw_data());
   std::atomic<int64_t> first_bad{count};

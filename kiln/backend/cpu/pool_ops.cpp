@@ -31,7 +31,7 @@ void max_pool2d_backward_kernel(const Op& op, const std::vector<Tensor>& in,
                                 const std::vector<Tensor>& out) {
   const int64_t bad = detail::max_pool_backward_kernel(in[0], in[1], out[0]);
   if (bad < 0) return;
-  detail::fail_max_pool_indices(op, in[1], bad, out[0].size(-2), out[0].size(-1));
+  detail::fail_max_pool_indices(op, in[1], bad, out[0].dim_size(-2), out[0].dim_size(-1));
 }
 
 void avg_pool2d_backward_kernel(const Op& op, const std::vector<Tensor>& in,

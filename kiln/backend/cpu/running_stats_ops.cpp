@@ -12,7 +12,7 @@ namespace {
 void running_stat_kernel(const Op& op, const std::vector<Tensor>& in, const std::vector<Tensor>&) {
   const detail::RunningStatAttrs& a = detail::running_stat_attrs(op);
   const Tensor &running = in[0], &batch = in[1], &x = in[2];
-  const int64_t channels = x.size(1);
+  const int64_t channels = x.dim_size(1);
   const int64_t n = channels == 0 ? 0 : x.numel() / channels;
   if (n == 0) return;  // an empty batch leaves the statistic as it was
   const double factor = a.unbiased ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;

@@ -29,7 +29,7 @@ struct MatDesc {
 // dims are meaningless in kiln, so they are replaced by ones oneDNN accepts. Any other layout
 // (a zero stride inside a matrix, overlapping rows) is copied to a contiguous one first.
 std::optional<MatDesc> describe_operand(const Tensor& t) {
-  int64_t b = t.size(0), r = t.size(1), c = t.size(2);
+  int64_t b = t.dim_size(0), r = t.dim_size(1), c = t.dim_size(2);
   int64_t sb = t.stride(0), sr = t.stride(1), sc = t.stride(2);
   if (c == 1) sc = 1;
   if (r == 1) sr = sc == 1 ? c : 1;
@@ -47,7 +47,8 @@ std::optional<MatDesc> describe_operand(const Tensor& t) {
 }
 
 MatDesc contiguous_desc(const Tensor& t) {
-  return {{t.size(0), t.size(1), t.size(2)}, {t.size(1) * t.size(2), t.size(2), 1}};
+  return {{t.dim_size(0), t.dim_size(1), t.dim_size(2)},
+          {t.dim_size(1) * t.dim_size(2), t.dim_size(2), 1}};
 }
 
 struct MatmulEntry {
@@ -107,7 +108,7 @@ constexpr int64_t kSmallGemm = int64_t{1} << 16;
 }  // namespace
 
 bool onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
-  ScopedThreads threads(out.numel() * a.size(2) < kSmallGemm);
+  ScopedThreads threads(out.numel() * a.dim_size(2) < kSmallGemm);
   const DType dtype = out.dtype();
   const dnnl::memory::data_type dt = *dnnl_dtype(dtype);
   std::optional<MatDesc> da = describe_operand(a), db = describe_operand(b);
@@ -115,7 +116,7 @@ bool onednn_bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   Tensor bb = db ? b : dense(b, dtype);
   if (!da) da = contiguous_desc(aa);
   if (!db) db = contiguous_desc(bb);
-  const dnnl::memory::dims c_dims{out.size(0), out.size(1), out.size(2)};
+  const dnnl::memory::dims c_dims{out.dim_size(0), out.dim_size(1), out.dim_size(2)};
   // The team size shapes the primitive's scratchpad (Note [scratchpads]), so it is in the key.
   const std::string key = dims_key(da->dims) + dims_key(da->strides) + dims_key(db->dims) +
                           dims_key(db->strides) + dims_key(c_dims) + "|" +

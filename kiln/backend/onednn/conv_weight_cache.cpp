@@ -133,7 +133,7 @@ Tensor fold_and_block(const Tensor& w, const Tensor* fold, const Operand& op) {
     // A 16-bit weight is scaled in float32 and rounded once (Note [low-precision conv epilogue]).
     NoGradGuard no_grad;
     const Tensor w32 = w.dtype() == DType::Float32 ? w : to_dtype(w, DType::Float32);
-    src = mul(w32, reshape(*fold, {w.size(0), 1, 1, 1}));
+    src = mul(w32, reshape(*fold, {w.dim_size(0), 1, 1, 1}));
     if (w.dtype() != DType::Float32) src = to_dtype(src, w.dtype());
   }
   if (!op.needs_reorder()) return src;

@@ -60,7 +60,7 @@ void fused_linear_kernel(const Op& op, const std::vector<Tensor>& in,
   const bool has_bias = a.b("has_bias"), relu = a.s("activation") == "relu";
   const Tensor &x = in[0], &w = in[1], &y = out[0];
   if (y.numel() == 0) return;
-  const int64_t k = w.size(1), n = w.size(0), m = y.numel() / n;
+  const int64_t k = w.dim_size(1), n = w.dim_size(0), m = y.numel() / n;
   if (x.dtype() != DType::Float32 || k == 0) {
     // The chain itself: kiln's matmul, add and relu.
     Tensor r = matmul(x, transpose(w, 0, 1));

@@ -20,7 +20,7 @@ namespace {
 void bmm_kernel(const Op&, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const Tensor &a = in[0], &b = in[1], &o = out[0];
   if (o.numel() == 0) return;
-  if (a.size(2) == 0) {
+  if (a.dim_size(2) == 0) {
     std::memset(o.raw_data(), 0, o.nbytes());
     return;
   }

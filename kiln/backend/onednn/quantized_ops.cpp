@@ -273,7 +273,7 @@ void quantized_linear_kernel(const Op& op, const std::vector<Tensor>& in,
   const bool relu = a.b("relu");
   const Tensor &x = in[0], &y = out[0];
   if (y.numel() == 0) return;
-  const int64_t k = in[1].size(1), n = in[1].size(0), m = y.numel() / n;
+  const int64_t k = in[1].dim_size(1), n = in[1].dim_size(0), m = y.numel() / n;
   if (k == 0) {  // an empty sum: relu?(bias * scale)
     const auto* b = static_cast<const int32_t*>(detail::dense(in[2], DType::Int32).raw_data());
     const auto* s = static_cast<const float*>(detail::dense(in[3], DType::Float32).raw_data());
