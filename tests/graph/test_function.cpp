@@ -47,11 +47,13 @@ TEST(Function, ACallThatDoesNotFitTheSignatureNamesTheInputTheSpecAndTheShape) {
        "test_function.cpp"});
 }
 
+// A size turned into a plain number (dim_size, or a Shape built from size()) is baked; the
+// probe diff refuses it. (As SymInts the same sizes trace: tests/graph/test_size_apis.cpp.)
 TEST(Function, ASizeBakedIntoAnAttributeIsAnErrorNamingTheOpTheDimAndTheLine) {
   int line = 0;
   auto baked = [&](const Tensors& in) {
     line = __LINE__ + 1;
-    return Tensors{reshape(in[0], {in[0].size(0) * 12})};
+    return Tensors{reshape(in[0], {in[0].dim_size(0) * 12})};
   };
   const std::string e = test::error_of([&] {
     function(baked, {TensorSpec({"batch", 3, 4})}, {.name = "f"});
@@ -96,20 +98,36 @@ TEST(Function, AFactorySizedFromADynamicDimIsCaughtToo) {
       [] {
         function(
             [](const Tensors& in) {
-              return Tensors{add(in[0], zeros({in[0].size(0), 2}))};
+              return Tensors{add(in[0], zeros(Shape{in[0].dim_size(0), 2}))};
             },
             {TensorSpec({"n", 2})});
       },
       {"[trace]", "attribute shape", "the dynamic dim 'n'"});
 }
 
+// A loop bound by a symbolic size compares it on every iteration (Note [size guards]): the
+// comparison whose answer differs between the probes fails the trace at its line. Bound by the
+// plain number, the op lists differ instead.
 TEST(Function, ALoopOverADynamicSizeIsAnError) {
+  int line = 0;
+  const std::string e = test::error_of([&] {
+    function(
+        [&](const Tensors& in) {
+          Tensor acc = in[0];
+          line = __LINE__ + 1;
+          for (int64_t i = 0; i < in[0].size(0); ++i) acc = add(acc, 1.0);
+          return Tensors{acc};
+        },
+        {TensorSpec({"batch"})});
+  });
+  test::expect_contains(e, {"[trace]", "takes another path for another size", "11 < size(%0, 0)",
+                            "at test_function.cpp:" + std::to_string(line) + " is false"});
   test::expect_error(
       [] {
         function(
             [](const Tensors& in) {
               Tensor acc = in[0];
-              for (int64_t i = 0; i < in[0].size(0); ++i) acc = add(acc, 1.0);
+              for (int64_t i = 0; i < in[0].dim_size(0); ++i) acc = add(acc, 1.0);
               return Tensors{acc};
             },
             {TensorSpec({"batch"})});
