@@ -1,5 +1,7 @@
 #include "kiln/autograd/node.h"
 
+#include <algorithm>
+
 #include <atomic>
 
 #include "kiln/core/allocator.h"
@@ -69,6 +71,12 @@ OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Te
   output_hooks.resize(outputs.size());
 }
 
+void OpNode::set_output_sizes(size_t output, SymSizes sizes) {
+  if (output >= output_metas_.size()) return;
+  output_sizes_.resize(output_metas_.size());
+  output_sizes_[output] = std::move(sizes);
+}
+
 void OpNode::save_outputs(const std::vector<Tensor>& outputs) {
   const Op::Saves saves = op_->saves_for(needs_grad_);
   if (!saves.outputs) return;
@@ -102,9 +110,15 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
   // Zeros for a floating output no gradient reached; an integer or bool output (max_pool2d's
   // indices) has no gradient, stays undefined, and costs no tensor of its shape (which a traced
   // backward would bake as a size, Note [symbolic dims]).
-  for (size_t i = 0; i < grads.size(); ++i)
-    if (!grads[i].defined() && is_floating(output_metas_[i].dtype))
-      grads[i] = zeros(output_metas_[i].shape, {output_metas_[i].dtype, output_metas_[i].device});
+  // Sized as the forward's trace saw the output where it can be (Note [size-free backward]).
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined() || !is_floating(output_metas_[i].dtype)) continue;
+    const bool symbolic =
+        i < output_sizes_.size() && !output_sizes_[i].empty() &&
+        std::all_of(output_sizes_[i].begin(), output_sizes_[i].end(), kiln::detail::sym_usable);
+    grads[i] = zeros(symbolic ? SizeList(output_sizes_[i]) : SizeList(output_metas_[i].shape),
+                     {output_metas_[i].dtype, output_metas_[i].device});
+  }
   auto self = shared_from_this();
   std::vector<Tensor> inputs, outputs;
   for (const SavedTensor& s : saved_inputs_) inputs.push_back(s.unpack(self));

@@ -68,12 +68,16 @@ class OpNode final : public Node {
   const OpPtr& op() const { return op_; }
   // Called by the recorder once the outputs carry this node as grad_fn.
   void save_outputs(const std::vector<Tensor>& outputs);
+  // The sizes of output `output` as a trace sees it (the tracer calls this once it has bound the
+  // output; Note [size-free backward]): a gradient that never reached it is zeros of these sizes.
+  void set_output_sizes(size_t output, SymSizes sizes);
 
  private:
   OpPtr op_;
   std::vector<TensorMeta> input_metas_, output_metas_;
-  // The inputs' sizes as a trace saw them (Note [size-free backward]); empty outside traces.
-  std::vector<SymSizes> input_sizes_;
+  // The inputs' and outputs' sizes as a trace saw them (Note [size-free backward]); empty outside
+  // traces.
+  std::vector<SymSizes> input_sizes_, output_sizes_;
   std::vector<SavedTensor> saved_inputs_, saved_outputs_;
   std::vector<bool> needs_grad_;
 };

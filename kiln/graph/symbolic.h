@@ -13,9 +13,10 @@ namespace kiln::graph {
 // A symbolic dim ("batch") must mean every size, 0 and 1 included, and a trace must never bake a
 // size into the graph. Ops whose attrs do not hold sizes (elementwise, matmul, conv, reductions
 // over static dims, reshape with -1) are shape-polymorphic already: the executor reruns infer for
-// each call's sizes. The danger is C++ that computes a number from a dynamic size and passes it
-// as an attribute: `reshape(x, {x.size(0) * 784})`, `zeros({x.size(0)})`, a loop `for i <
-// x.size(0)`. A tracer sees only the number.
+// each call's sizes. Sizes read with x.size(d) are SymInts that the shape-taking APIs record as
+// expressions (Note [symbolic sizes], Note [size lists]). The danger left is C++ that turns a
+// dynamic size into a plain number and passes that as an attribute: `zeros(Shape{n, 2})` with
+// n = x.dim_size(0), `div(x, double(x.size(0)))`. A tracer sees only the number.
 //
 // kiln traces twice, on meta tensors (no arithmetic, so tracing twice is cheap), giving each
 // symbol a different pair of probe sizes (primes: batch 11 then 13, the next symbol 17 then 19,

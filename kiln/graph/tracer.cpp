@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kiln/autograd/engine.h"
+#include "kiln/autograd/node.h"
 #include "kiln/core/call_site.h"
 #include "kiln/core/rng.h"
 #include "kiln/ops/op_factory.h"
@@ -120,6 +121,10 @@ class TraceMode final : public DispatchMode {
       const int id = st.graph.add_value(out.dtype(), static_shape(out.shape()));
       node.outputs.push_back(id);
       st.bind(out, id, out);
+      // The tape recorded this op before its outputs were values of the trace: tell it their
+      // sizes now (Note [size-free backward]).
+      if (auto* tape = dynamic_cast<autograd::OpNode*>(out.grad_fn().get()))
+        tape->set_output_sizes(out.output_nr(), sym_sizes(out));
     }
     st.graph.nodes.push_back(std::move(node));
     return outputs;

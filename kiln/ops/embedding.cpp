@@ -42,9 +42,8 @@ class EmbeddingOp final : public Op {
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor(), Tensor()};
-    return {
-        embedding_backward(ctx.grads[0], ctx.inputs[1], ctx.input_metas[0].shape[0], padding_idx_),
-        Tensor()};
+    return {embedding_backward(ctx.grads[0], ctx.inputs[1], ctx.size_of(0, 0), padding_idx_),
+            Tensor()};
   }
 
  private:
@@ -144,11 +143,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
       wrap_padding("embedding", padding_idx, weight.dim_size(0), weight, loc));
 }
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices, SymInt num_weights,
                           std::optional<int64_t> padding_idx, const Loc& loc) {
+  SymAttrs sym;
+  if (num_weights.is_symbolic()) sym.push_back({"/num_weights", num_weights});
+  const SymAttrScope scope("embedding_backward", std::move(sym));
   return call_op<EmbeddingBackwardOp>(
-      {grad, indices}, loc, num_weights,
-      wrap_padding("embedding_backward", padding_idx, num_weights, grad, loc));
+      {grad, indices}, loc, num_weights.hint(),
+      wrap_padding("embedding_backward", padding_idx, num_weights.hint(), grad, loc));
 }
 
 }  // namespace kiln

@@ -18,7 +18,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices,
 
 // The gradient of embedding: zeros [num_weights, D] with every row grad[i] (grad has shape
 // indices.shape + [D]) added into row indices[i], in index order, skipping padding_idx.
-Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices, SymInt num_weights,
                           std::optional<int64_t> padding_idx = std::nullopt,
                           const Loc& loc = Loc::current());
 

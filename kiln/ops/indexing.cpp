@@ -147,9 +147,9 @@ class IndexSelectOp final : public IndexDimOp {
     // index_add expressed as scatter_add: the index is broadcast along every other dim.
     const int64_t d = wrap_dim(a_.dim, rank, name());
     Shape view_shape(rank, 1);
-    view_shape[d] = index.numel();
-    Tensor wide = expand(reshape(index, view_shape), g.shape());
-    return {scatter_add(zeros(x.shape, {g.dtype(), x.device}), d, wide, g), Tensor()};
+    view_shape[d] = -1;  // sizes from the tensors, not numbers (Note [size-free backward])
+    Tensor wide = expand(reshape(index, view_shape), g.sizes());
+    return {scatter_add(zeros(ctx.sizes_of(0), {g.dtype(), x.device}), d, wide, g), Tensor()};
   }
 };
 

@@ -93,7 +93,7 @@ Resize resolve(const char* op, const Shape& in, const InterpolateOptions& o, con
 }
 
 Tensor interpolate_resolved(const Tensor& x, const Resize& r, const Loc& loc);
-Tensor interpolate_backward_resolved(const Tensor& g, const Shape& input_shape, const Resize& r,
+Tensor interpolate_backward_resolved(const Tensor& g, SizeList input_shape, const Resize& r,
                                      const Loc& loc);
 
 class InterpolateOp final : public Op {
@@ -115,8 +115,7 @@ class InterpolateOp final : public Op {
 
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
-    return {
-        interpolate_backward_resolved(ctx.grads[0], ctx.input_metas[0].shape, r_, Loc::current())};
+    return {interpolate_backward_resolved(ctx.grads[0], ctx.sizes_of(0), r_, Loc::current())};
   }
 
  private:
@@ -172,9 +171,10 @@ Tensor interpolate_resolved(const Tensor& x, const Resize& r, const Loc& loc) {
   return call_op<InterpolateOp>({x}, loc, r);
 }
 
-Tensor interpolate_backward_resolved(const Tensor& g, const Shape& input_shape, const Resize& r,
+Tensor interpolate_backward_resolved(const Tensor& g, SizeList input_shape, const Resize& r,
                                      const Loc& loc) {
-  return call_op<InterpolateBackwardOp>({g}, loc, input_shape, r);
+  const SymAttrScope sym("interpolate_backward", input_shape.sym_attrs("/input_shape"));
+  return call_op<InterpolateBackwardOp>({g}, loc, input_shape.take(), r);
 }
 
 }  // namespace

@@ -67,15 +67,17 @@ class CatOp final : public Op {
     const Tensor& g = ctx.grads[0];
     const int64_t d = wrap_dim(a_.dim, g.dim(), name());
     std::vector<Tensor> grads(ctx.input_metas.size());
-    int64_t offset = 0;
+    // Offsets as sizes, so a traced backward cuts each call's pieces (Note [size-free backward]).
+    SymInt offset = 0;
     for (size_t i = 0; i < ctx.input_metas.size(); ++i) {
       const TensorMeta& m = ctx.input_metas[i];
       if (m.shape.size() == 1 && m.shape[0] == 0) {  // skipped by the forward
         if (ctx.needs_grad[i]) grads[i] = zeros(m.shape, {m.dtype, m.device});
         continue;
       }
-      if (ctx.needs_grad[i]) grads[i] = to_dtype(narrow(g, d, offset, m.shape[d]), m.dtype);
-      offset += m.shape[d];
+      const SymInt size = ctx.size_of(i, d);
+      if (ctx.needs_grad[i]) grads[i] = to_dtype(narrow(g, d, offset, size), m.dtype);
+      offset = offset + size;
     }
     return grads;
   }

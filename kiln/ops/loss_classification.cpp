@@ -39,6 +39,14 @@ Shape class_shape(const ClassLayout& cl, int64_t rank) {
   return s;
 }
 
+// The same for a reshape: -1 for the classes, so that no size is written into a trace (an
+// unbatched input's class dim is its leading one; Note [size-free backward]).
+Shape class_view(const ClassLayout& cl, int64_t rank) {
+  Shape s(static_cast<size_t>(rank), 1);
+  s[static_cast<size_t>(cl.class_dim)] = -1;
+  return s;
+}
+
 // Argument checks shared by the fused op's inference, nll_loss and the reference. Errors name the
 // shapes and dtypes of the offending arguments.
 ClassLayout check_class_args(const char* op, const Tensor& x, const Tensor& target,
@@ -119,15 +127,15 @@ class CrossEntropyOp final : public Op {
     const int64_t cd = cl.class_dim;
     const double eps = a_.label_smoothing, uniform = eps / static_cast<double>(cl.classes);
     const Shape wshape = class_shape(cl, x.dim());
-    const Tensor wv = has_weight ? reshape(ctx.inputs[2], wshape) : Tensor();
+    const Tensor wv = has_weight ? reshape(ctx.inputs[2], class_view(cl, x.dim())) : Tensor();
     // z: the target distribution without class weights; denom: Mean's normalizer.
     Tensor z, onehot, denom, valid;
     if (cl.probs) {
       z = eps > 0 ? add(mul(t, 1 - eps), uniform) : t;
     } else {
       valid = unsqueeze(ne(t, static_cast<double>(a_.ignore_index)), cd);
-      const Tensor classes = reshape(
-          arange(static_cast<double>(cl.classes), TensorOptions{DType::Int64, x.device()}), wshape);
+      const Tensor classes = reshape(arange(x.size(cd), TensorOptions{DType::Int64, x.device()}),
+                                     class_view(cl, x.dim()));
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
       z = eps > 0 ? add(mul(onehot, 1 - eps), mul(to_dtype(valid, x.dtype()), uniform)) : onehot;
       denom = sum(has_weight ? mul(onehot, wv) : onehot);
@@ -161,7 +169,7 @@ class CrossEntropyOp final : public Op {
         const Tensor value = div(sum(mul(per, wv)), denom);
         gw = sub(gw, mul(mul(gs, value), sum_to(onehot, wshape)));
       }
-      grads[2] = reshape(gw, {cl.classes});
+      grads[2] = reshape(gw, {-1});
     }
     return grads;
   }
@@ -243,7 +251,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
   const Tensor picked = squeeze(gather(log_probs, cd, unsqueeze(safe, cd, loc), loc), cd, loc);
   Tensor wt = to_dtype(valid, log_probs.dtype(), loc);
   if (weight.defined())
-    wt = mul(reshape(index_select(weight, 0, reshape(safe, {-1}, loc), loc), target.shape(), loc),
+    wt = mul(reshape(index_select(weight, 0, reshape(safe, {-1}, loc), loc), target.sizes(), loc),
              wt, loc);
   // where, not a product with the 0 weight: an ignored position's gradient is exactly 0, as
   // PyTorch's, even when the incoming one is nan (the mean over nothing is 0 / 0).
@@ -263,7 +271,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   const double eps = label_smoothing, uniform = eps / static_cast<double>(cl.classes);
   const Tensor lp = log_softmax(logits, cd, loc);
   const Tensor wv =
-      weight.defined() ? reshape(weight, class_shape(cl, logits.dim()), loc) : Tensor();
+      weight.defined() ? reshape(weight, class_view(cl, logits.dim()), loc) : Tensor();
   if (cl.probs) {
     const Tensor z = eps > 0 ? add(mul(target, 1 - eps, loc), uniform, loc) : target;
     Tensor prod = mul(lp, z, loc);
@@ -281,7 +289,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   Tensor wt = to_dtype(valid, logits.dtype(), loc);
   if (weight.defined()) {
     const Tensor safe = reshape(where(valid, target, 0.0, loc), {-1}, loc);
-    wt = mul(reshape(index_select(weight, 0, safe, loc), target.shape(), loc), wt, loc);
+    wt = mul(reshape(index_select(weight, 0, safe, loc), target.sizes(), loc), wt, loc);
   }
   const Tensor ret = apply_class_reduction(smooth, sum(wt, {}, false, loc), reduction, loc);
   return add(mul(nll, 1 - eps, loc), mul(ret, uniform, loc), loc);

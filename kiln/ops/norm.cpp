@@ -100,7 +100,14 @@ class NormOp final : public Op {
         if (!ctx.needs_grad[i]) grads[i] = Tensor();
       return grads;
     }
-    const NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
+    NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
+    // The views' leading dim is the batch (or the rows of a layer norm): -1, so that a traced
+    // backward is sized by each call (Note [size-free backward]). (batch_norm's count n = N*H*W
+    // still is a number here; its first-order gradient is the fused op above.)
+    if (g.p != 0) {
+      g.view[0] = -1;
+      if (a_.kind != NormKind::kBatch) g.stat_view[0] = -1;
+    }
     const double n = static_cast<double>(g.count);
     Tensor xv = reshape(x, g.view), gy = reshape(ctx.grads[0], g.view);
     Tensor mean_v = reshape(ctx.outputs[1], g.stat_view);
@@ -112,7 +119,7 @@ class NormOp final : public Op {
       Tensor a = mean(gxhat, g.reduce, true), b = mean(mul(gxhat, xhat), g.reduce, true);
       Tensor c0 = add(neg(mul(rstd, a)), div(reshape(ctx.grads[1], g.stat_view), n));
       Tensor c1 = sub(div(mul(reshape(ctx.grads[2], g.stat_view), 2.0 / n), rstd), mul(rstd, b));
-      grads[0] = reshape(add(mul(gxhat, rstd), add(c0, mul(c1, xhat))), x.shape());
+      grads[0] = reshape(add(mul(gxhat, rstd), add(c0, mul(c1, xhat))), ctx.sizes_of(0));
     }
     const size_t bias_index = a_.has_weight ? 2 : 1;
     if (a_.has_weight && ctx.needs_grad[1])
@@ -312,8 +319,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps, const Loc& loc) {
-  Tensor y = normalize(reshape(x, {x.dim_size(0), num_groups, -1}, loc), {2}, eps, loc);
-  return affine(reshape(y, x.shape(), loc), weight, bias, channel_view(x), loc);
+  Tensor y = normalize(reshape(x, {x.size(0), num_groups, -1}, loc), {2}, eps, loc);
+  return affine(reshape(y, x.sizes(), loc), weight, bias, channel_view(x), loc);
 }
 
 }  // namespace reference

@@ -80,7 +80,7 @@ class PadOp final : public Op {
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
     if (!ctx.needs_grad[0]) return {Tensor()};
     if (a_.mode == "constant") return {pad(ctx.grads[0], negated(a_.pads), "constant", 0.0)};
-    return {pad_backward(ctx.grads[0], ctx.input_metas[0].shape, a_.pads, a_.mode)};
+    return {pad_backward(ctx.grads[0], ctx.sizes_of(0), a_.pads, a_.mode)};
   }
 
  private:
@@ -159,9 +159,10 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string&
   return call_op<PadOp>({x}, loc, pads, mode, value);
 }
 
-Tensor pad_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& pads,
+Tensor pad_backward(const Tensor& grad, SizeList input_shape, const std::vector<int64_t>& pads,
                     const std::string& mode, const Loc& loc) {
-  return call_op<PadBackwardOp>({grad}, loc, input_shape, pads, mode);
+  const SymAttrScope sym("pad_backward", input_shape.sym_attrs("/input_shape"));
+  return call_op<PadBackwardOp>({grad}, loc, input_shape.take(), pads, mode);
 }
 
 }  // namespace kiln

@@ -23,7 +23,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string&
 // The gradient of pad: a tensor of input_shape where each element is the sum of the elements of
 // grad (shaped like pad's output) that were copied from it; constant-filled positions contribute
 // nothing. Sums run in a fixed order (deterministic).
-Tensor pad_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& pads,
+Tensor pad_backward(const Tensor& grad, SizeList input_shape, const std::vector<int64_t>& pads,
                     const std::string& mode, const Loc& loc = Loc::current());
 
 }  // namespace kiln

@@ -71,7 +71,9 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim, const Loc& loc
     m = where(eq(abs(m, loc), std::numeric_limits<double>::infinity(), loc), 0.0, m, loc);
   }
   Tensor s = log(sum(exp(sub(x, m, loc), loc), dims, keepdim, loc), loc);
-  return add(s, keepdim ? m : reshape(m, rd.out_shape, loc), loc);
+  if (!keepdim)  // squeezed, not reshaped to out_shape, so no size is written (a traced batch)
+    for (auto d = rd.dims.rbegin(); d != rd.dims.rend(); ++d) m = squeeze(m, *d, loc);
+  return add(s, m, loc);
 }
 
 // p = 2 and p = 1 avoid pow for speed and exactness; p = 0 counts non-zeros (no gradient).
