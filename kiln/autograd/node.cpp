@@ -71,6 +71,10 @@ OpNode::OpNode(OpPtr op, const std::vector<Tensor>& inputs, const std::vector<Te
   output_hooks.resize(outputs.size());
 }
 
+void OpNode::set_sym_attrs(SymAttrs attrs) {
+  sym_attrs_ = std::move(attrs);
+}
+
 void OpNode::set_output_sizes(size_t output, SymSizes sizes) {
   if (output >= output_metas_.size()) return;
   output_sizes_.resize(output_metas_.size());
@@ -131,7 +135,8 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor> grads) {
                  needs_grad_,
                  loc,
                  GradMode::is_enabled(),
-                 input_sizes_.empty() ? nullptr : &input_sizes_};
+                 input_sizes_.empty() ? nullptr : &input_sizes_,
+                 sym_attrs_.empty() ? nullptr : &sym_attrs_};
   std::vector<Tensor> result;
   // An error inside a vjp names the forward call as well as backward()'s line.
   const auto forward_call = [&] {

@@ -71,6 +71,8 @@ class OpNode final : public Node {
   // The sizes of output `output` as a trace sees it (the tracer calls this once it has bound the
   // output; Note [size-free backward]): a gradient that never reached it is zeros of these sizes.
   void set_output_sizes(size_t output, SymSizes sizes);
+  // The op's symbolic attrs as the trace recorded them (VjpContext::sym_attr).
+  void set_sym_attrs(SymAttrs attrs);
 
  private:
   OpPtr op_;
@@ -78,6 +80,7 @@ class OpNode final : public Node {
   // The inputs' and outputs' sizes as a trace saw them (Note [size-free backward]); empty outside
   // traces.
   std::vector<SymSizes> input_sizes_, output_sizes_;
+  SymAttrs sym_attrs_;
   std::vector<SavedTensor> saved_inputs_, saved_outputs_;
   std::vector<bool> needs_grad_;
 };

@@ -59,6 +59,14 @@ const void* library_base() {
   return base;
 }
 
+// A file of kiln's own sources, or a standard header: a line there is never the user's (a kiln
+// header's inline function, SymInt's conversion to int64_t, inlined into the user's binary).
+bool not_users_file(std::string_view path) {
+  static constexpr std::string_view dir = KILN_LIBRARY_SOURCE_DIR;
+  static constexpr std::string_view from_build = KILN_LIBRARY_SOURCE_DIR_FROM_BUILD;
+  return path.starts_with(dir) || path.starts_with(from_build) || is_standard_header(path);
+}
+
 // Source lines from DWARF through elfutils' libdwfl: one session for the process, made on first
 // use and refreshed when an address falls outside every module it knows (a dlopen since).
 class LineTable {
@@ -72,7 +80,7 @@ class LineTable {
     int line = 0;
     std::string function;
     std::string binary;
-    bool standard = false;  // the line lies in a standard library header
+    bool standard = false;  // the line lies in a standard library or kiln header
   };
 
   std::optional<Frame> lookup(uintptr_t pc) {
@@ -89,8 +97,8 @@ class LineTable {
       const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
       if (file && lineno > 0) {
         std::string path = file;
-        if (is_standard_header(path)) inlined_call_site(mod, pc, path, lineno);
-        f.standard = is_standard_header(path);
+        if (not_users_file(path)) inlined_call_site(mod, pc, path, lineno);
+        f.standard = not_users_file(path);
         f.file = base_name(path);
         f.line = lineno;
       }
@@ -99,9 +107,9 @@ class LineTable {
   }
 
  private:
-  // A line in a standard header that was inlined (std::make_unique's body, say) is replaced by the
-  // line that called it: the DW_AT_call_file/line of the innermost inlined scope at pc whose call
-  // site is outside the standard library. Unchanged when the DWARF does not say.
+  // A line in a standard or kiln header that was inlined (std::make_unique's body, say) is
+  // replaced by the line that called it: the DW_AT_call_file/line of the innermost inlined scope
+  // at pc whose call site is the user's. Unchanged when the DWARF does not say.
   static void inlined_call_site(Dwfl_Module* mod, uintptr_t pc, std::string& path, int& lineno) {
     Dwarf_Addr bias = 0;
     Dwarf_Die* cu = dwfl_module_addrdie(mod, pc, &bias);
@@ -120,7 +128,7 @@ class LineTable {
           dwarf_formudata(&attr, &call_line) != 0 || file_index >= file_count)
         continue;
       const char* call_file = dwarf_filesrc(files, file_index, nullptr, nullptr);
-      if (call_file == nullptr || is_standard_header(call_file)) continue;
+      if (call_file == nullptr || not_users_file(call_file)) continue;
       path = call_file;
       lineno = static_cast<int>(call_line);
       break;

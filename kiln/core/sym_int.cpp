@@ -115,11 +115,15 @@ SymInt SymInt::map_leaves(
 }
 
 std::string SymInt::format() const {
+  return format([](int value, int dim) { return fmt::format("size(%{}, {})", value, dim); });
+}
+
+std::string SymInt::format(const std::function<std::string(int value, int dim)>& leaf) const {
   if (!node_) return std::to_string(hint_);
-  if (node_->op == SymOp::kDim) return fmt::format("size(%{}, {})", node_->value, node_->dim);
+  if (node_->op == SymOp::kDim) return leaf(node_->value, node_->dim);
   const OpInfo& i = info(node_->op);
   if (*i.symbol == '\0')
-    return fmt::format("{}({}, {})", i.name, node_->a.format(), node_->b.format());
+    return fmt::format("{}({}, {})", i.name, node_->a.format(leaf), node_->b.format(leaf));
   // C++'s precedence: * / % bind tighter than + -, and each is left-associative.
   auto precedence = [](SymOp op) {
     return op == SymOp::kAdd || op == SymOp::kSub ? 1 : op == SymOp::kDim ? 3 : 2;
@@ -128,7 +132,8 @@ std::string SymInt::format() const {
   auto operand = [&](const SymInt& s, bool right) {
     const bool infix = s.node_ && s.node_->op != SymOp::kDim && *info(s.node_->op).symbol;
     const int theirs = infix ? precedence(s.node_->op) : 3;
-    return theirs < mine || (right && theirs == mine) ? "(" + s.format() + ")" : s.format();
+    return theirs < mine || (right && theirs == mine) ? "(" + s.format(leaf) + ")"
+                                                      : s.format(leaf);
   };
   return fmt::format("{} {} {}", operand(node_->a, false), i.symbol, operand(node_->b, true));
 }
@@ -241,8 +246,16 @@ std::string SymGuard::format() const {
 bool sym_compare(SymCompare c, const SymInt& a, const SymInt& b) {
   const bool result = sym_compare_apply(c, a.hint(), b.hint());
   if ((a.is_symbolic() || b.is_symbolic()) && guard_hook)
-    guard_hook(SymGuard{c, a, b, result, describe_call_site(std::source_location::current())});
+    guard_hook(SymGuard{c, a, b, result, describe_call_site(std::source_location::current()), false});
   return result;
+}
+
+// Note [size guards]: a symbolic size becoming a number is the guard that it is that number.
+int64_t SymInt::converted() const {
+  if (guard_hook)
+    guard_hook(SymGuard{SymCompare::kEq, *this, SymInt(hint_), true,
+                        describe_call_site(std::source_location::current()), true});
+  return hint_;
 }
 
 #define KILN_SYM_COMPARE_WITH(op, kind, T)  \
@@ -290,6 +303,9 @@ SymSizeHook set_sym_size_hook(SymSizeHook hook) {
 }
 SymGuardHook set_sym_guard_hook(SymGuardHook hook) {
   return std::exchange(guard_hook, hook);
+}
+void record_sym_guard(SymGuard guard) {
+  if (guard_hook) guard_hook(std::move(guard));
 }
 bool sizes_are_traced() {
   return size_hook != nullptr;

@@ -44,7 +44,9 @@ class SymInt {
   bool is_symbolic() const { return node_ != nullptr; }
   int64_t hint() const { return hint_; }
   const std::shared_ptr<const SymNode>& node() const { return node_; }
-  operator int64_t() const { return hint_; }  // NOLINT: sizes convert as integers do
+  // Sizes convert as integers do. A symbolic one converted while a trace records is a guard that
+  // it keeps this number (Note [size guards]): the graph would hold the number for every size.
+  operator int64_t() const { return node_ ? converted() : hint_; }  // NOLINT
 
   // The value for other sizes: each leaf "dim d of value v" is `dim_of(v, d)`.
   int64_t evaluate(const std::function<int64_t(int value, int dim)>& dim_of) const;
@@ -55,6 +57,8 @@ class SymInt {
       const std::function<SymInt(int value, int dim, const SymInt& leaf)>& replace) const;
   // "size(%3, 0) * 2"; a plain integer prints as itself.
   std::string format() const;
+  // The same with each leaf written as `leaf(value, dim)` ("batch * 2").
+  std::string format(const std::function<std::string(int value, int dim)>& leaf) const;
   // 7, or {"dim": [3, 0]}, or {"mul": [a, b]}; from_json refuses anything else, naming `where`.
   nlohmann::json to_json() const;
   static SymInt from_json(const nlohmann::json& j, const std::string& where);
@@ -62,6 +66,8 @@ class SymInt {
   bool same_expression(const SymInt& other) const;
 
  private:
+  int64_t converted() const;  // records the conversion (sym_int.cpp)
+
   int64_t hint_ = 0;
   std::shared_ptr<const SymNode> node_;
 };
@@ -104,10 +110,14 @@ KILN_SYM_OPERATOR(%, SymOp::kMod)
 
 // Note [size guards]: comparing a symbolic SymInt (an `if` on x.size(0) == 1) gives the answer at
 // the traced sizes and, while a trace runs, records it as a guard: the comparison, its answer and
-// the user's line. A guard whose answer differs between the two probe traces is a trace error at
-// that line (the code takes another path for another size); one whose answer is the same is kept
-// in the graph and checked before every call, so a call that would take the other path is an
-// error naming the assumption and its line instead of a silently wrong result.
+// the user's line. Converting a symbolic size to a number (`int64_t n = x.size(0)`, `double(..)`,
+// a Shape built from it, an `if` on `x.size(0) % 2`) records the guard that it keeps the number
+// it has. A guard whose answer differs between the two probe traces is a trace error at that line
+// (the code takes another path, or bakes another number, for another size); one whose answer is
+// the same is kept in the graph and checked before every call. graph::function retraces a call
+// that breaks one, specialized to the call's sizes, with the reason ("batch != 1 was assumed at
+// model.cpp:12"); graph::run refuses it, naming the assumption and its line. Never a silently
+// wrong result.
 enum class SymCompare : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 const char* sym_compare_name(SymCompare c);  // "==", ...
 bool sym_compare_apply(SymCompare c, int64_t a, int64_t b);
@@ -117,6 +127,7 @@ struct SymGuard {
   SymInt a, b;
   bool result = false;  // the answer at the traced sizes
   std::string where;    // the user's line, "model.cpp:12"
+  bool converted = false;  // a conversion to a number: `a == b` with b its number
   // "size(%0, 0) == 1"
   std::string format() const;
 };
@@ -190,6 +201,8 @@ SymSizeHook set_sym_size_hook(SymSizeHook hook);
 // Where a comparison of a symbolic SymInt goes while a trace runs (Note [size guards]).
 using SymGuardHook = void (*)(SymGuard guard);
 SymGuardHook set_sym_guard_hook(SymGuardHook hook);
+// Hands `guard` to the hook (a branch's guard, lifted to the trace around it); none: dropped.
+void record_sym_guard(SymGuard guard);
 // Whether a trace records this thread's ops now (a size hook is installed).
 bool sizes_are_traced();
 // Whether `s` may be used by the op dispatched now: a plain integer always; a symbolic one only

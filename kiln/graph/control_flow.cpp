@@ -26,6 +26,27 @@ bool truth(const Tensor& pred, const char* op, const char* what, const Loc& loc)
   return pred.item(loc) != 0;
 }
 
+// Note [size guards]: a branch's guard on its operands' sizes is a guard of the trace around it,
+// on the operands' sizes there (the branch is traced at the sizes of this call, so its answer is
+// the outer trace's); one on operands that are not traced holds for every call and is dropped.
+void lift_guards(const char* what, graph::Graph& g, const Tensors& operands, const Loc& loc) {
+  for (SymGuard& guard : g.guards) {
+    auto outer = [&](int v, int d, const SymInt&) -> SymInt {
+      for (size_t i = 0; i < g.inputs.size(); ++i)
+        if (g.inputs[i] == v) return sym_size(operands[i], d);
+      fail(what, loc,
+           "the branch {} {} at {}, a size of a value computed inside it, which cannot be "
+           "checked before a call; use the size of an operand (or work outside the branch), or "
+           "Tensor::dim_size where the size is static",
+           guard.converted ? "converts to a number" : "compares", guard.format(), guard.where);
+    };
+    guard.a = guard.a.map_leaves(outer);
+    guard.b = guard.b.map_leaves(outer);
+    if (guard.a.is_symbolic() || guard.b.is_symbolic()) kiln::detail::record_sym_guard(guard);
+  }
+  g.guards.clear();
+}
+
 }  // namespace
 
 // One branch traced into a subgraph on stand-ins shaped like `operands`, its captures made
@@ -40,11 +61,7 @@ std::shared_ptr<const graph::Graph> graph::detail::trace_branch(const char* what
   tracer.start();
   const Tensors outs = fn(ins);
   graph::Graph g = tracer.finish(outs, loc);
-  if (!g.guards.empty())
-    fail(what, loc,
-         "the branch compares sizes ({} at {}); a comparison of sizes inside a branch or loop "
-         "body is not supported yet: compare outside and pass the result as the predicate",
-         g.guards[0].format(), g.guards[0].where);
+  lift_guards(what, g, operands, loc);
   extra = graph::detail::lift_captures(g);
   graph::detail::erase_sizes(g);
   return std::make_shared<const graph::Graph>(std::move(g));

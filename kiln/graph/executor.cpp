@@ -7,6 +7,7 @@
 #include "kiln/core/allocator.h"
 #include "kiln/core/rng.h"
 #include "kiln/graph/memory_planner.h"
+#include "kiln/graph/symbolic.h"
 #include "kiln/ops/dispatch_mode.h"
 #include "kiln/ops/dispatcher.h"
 
@@ -54,26 +55,33 @@ namespace {
 // Note [size guards]: what the trace assumed of the sizes must hold for this call.
 void check_guards(const Graph& g, const std::vector<Tensor>& inputs,
                   const std::vector<std::pair<std::string, int64_t>>& symbols, const Loc& loc) {
-  if (g.guards.empty()) return;
-  auto dim_of = [&](int v, int d) -> int64_t {
-    for (size_t i = 0; i < g.inputs.size(); ++i)
-      if (g.inputs[i] == v) return inputs[i].shape()[static_cast<size_t>(d)];
-    throw InternalError(fmt::format(
-        "kiln internal error: graph '{}' has a guard on %{}, which is not an input", g.name, v));
-  };
-  for (const SymGuard& guard : g.guards) {
-    if (sym_compare_apply(guard.compare, guard.a.evaluate(dim_of), guard.b.evaluate(dim_of)) ==
-        guard.result)
-      continue;
-    std::string sizes;
-    for (const auto& [s, n] : symbols)
-      sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", s, n);
-    fail("graph '" + g.name + "'", loc,
-         "was traced assuming {} is {} (at {}), which this call breaks ({}); the code takes "
-         "another path for these sizes: branch with kiln::cond on a tensor, or trace with this "
-         "dim static",
-         guard.format(), guard.result, guard.where, sizes);
+  const SymGuard* guard = broken_guard(g, inputs);
+  if (!guard) return;
+  std::string sizes;
+  for (const auto& [s, n] : symbols) sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", s, n);
+  fail("graph '" + g.name + "'", loc,
+       "breaks an assumption of its trace: {}, and this call has {}; the code takes another "
+       "path for these sizes: branch with kiln::cond on a tensor, keep sizes as kiln::SymInt, "
+       "or trace with this dim static (graph::function retraces such a call)",
+       assumption(g, *guard), sizes.empty() ? "its sizes" : sizes);
+}
+
+SymCompare negated(SymCompare c) {
+  switch (c) {
+    case SymCompare::kEq:
+      return SymCompare::kNe;
+    case SymCompare::kNe:
+      return SymCompare::kEq;
+    case SymCompare::kLt:
+      return SymCompare::kGe;
+    case SymCompare::kLe:
+      return SymCompare::kGt;
+    case SymCompare::kGt:
+      return SymCompare::kLe;
+    case SymCompare::kGe:
+      return SymCompare::kLt;
   }
+  return c;
 }
 
 // Adds the graph and the node to an error a node raised at run time.
@@ -86,6 +94,38 @@ void check_guards(const Graph& g, const std::vector<Tensor>& inputs,
 }
 
 }  // namespace
+
+const SymGuard* broken_guard(const Graph& g, const std::vector<Tensor>& inputs) {
+  if (g.guards.empty() || inputs.size() != g.inputs.size()) return nullptr;
+  bool judged = true;  // false when the inputs do not fit the graph: run() says how
+  auto dim_of = [&](int v, int d) -> int64_t {
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      if (g.inputs[i] == v) {
+        const Tensor& t = inputs[i];
+        if (t.defined() && d >= 0 && d < t.dim()) return t.shape()[static_cast<size_t>(d)];
+        judged = false;
+        return 0;
+      }
+    throw InternalError(fmt::format(
+        "kiln internal error: graph '{}' has a guard on %{}, which is not an input", g.name, v));
+  };
+  for (const SymGuard& guard : g.guards) {
+    const int64_t a = guard.a.evaluate(dim_of), b = guard.b.evaluate(dim_of);
+    if (!judged) return nullptr;
+    if (sym_compare_apply(guard.compare, a, b) != guard.result) return &guard;
+  }
+  return nullptr;
+}
+
+std::string assumption(const Graph& g, const SymGuard& guard) {
+  const SymCompare c = guard.result ? guard.compare : negated(guard.compare);
+  const std::string text = fmt::format("{} {} {}", size_text(g, guard.a), sym_compare_name(c),
+                                       size_text(g, guard.b));
+  if (guard.converted)
+    return fmt::format("{} was assumed at {}, where the size is converted to a number", text,
+                       guard.where);
+  return fmt::format("{} was assumed at {}", text, guard.where);
+}
 
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc,
                         MemoryPlanner* planner) {

@@ -34,4 +34,11 @@ std::vector<std::pair<std::string, int64_t>> bind_symbols(const Graph& g,
                                                           const std::vector<Tensor>& inputs,
                                                           const Loc& loc);
 
+// Note [size guards]: the first of the graph's guards that inputs fitting it (bind_symbols) break,
+// or null when every one holds.
+const SymGuard* broken_guard(const Graph& g, const std::vector<Tensor>& inputs);
+// What a guard assumed, in the graph's symbol names: "batch != 1 was assumed at model.cpp:12",
+// "batch was converted to the number 11 at model.cpp:12".
+std::string assumption(const Graph& g, const SymGuard& guard);
+
 }  // namespace kiln::graph

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -129,26 +130,72 @@ struct Function::State {
 
   // Says why a call keyed `key` retraces (the policy, the budget); the mutex is held.
   void note_retrace(const CallKey& key, const Loc& loc) {
-    if (!entries.empty()) {
-      const Entry* nearest = &entries.back();
-      for (auto it = entries.rbegin(); it != entries.rend(); ++it)
-        if (distance(it->key, key) < distance(nearest->key, key)) nearest = &*it;
-      const std::string reason = fmt::format("retracing '{}': {} (traced at {})", options.name,
-                                             difference(nearest->key, key), nearest->traced_at);
-      if (options.on_retrace == RetracePolicy::kError)
-        fail("function '" + options.name + "'", loc, "{}; retracing is an error for it", reason);
-      stats.retrace_reasons.push_back(reason);
-      if (static_cast<int>(stats.retrace_reasons.size()) > options.retrace_budget) {
-        std::string all;
-        for (const std::string& r : stats.retrace_reasons) all += "\n  " + r;
-        fail("function '" + options.name + "'", loc,
-             "retraced {} times, more than its budget of {} (FunctionOptions::retrace_budget); "
-             "give it a signature with symbolic dims (TensorSpec({{\"batch\", ...}})) so one "
-             "trace serves every size. The retraces:{}",
-             stats.retrace_reasons.size(), options.retrace_budget, all);
-      }
-      report(reason);
+    if (entries.empty()) return;
+    const Entry* nearest = &entries.back();
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+      if (distance(it->key, key) < distance(nearest->key, key)) nearest = &*it;
+    note_retrace(fmt::format("retracing '{}': {} (traced at {})", options.name,
+                             difference(nearest->key, key), nearest->traced_at),
+                 loc);
+  }
+  void note_retrace(const std::string& reason, const Loc& loc) {
+    if (options.on_retrace == RetracePolicy::kError)
+      fail("function '" + options.name + "'", loc, "{}; retracing is an error for it", reason);
+    stats.retrace_reasons.push_back(reason);
+    if (static_cast<int>(stats.retrace_reasons.size()) > options.retrace_budget) {
+      std::string all;
+      for (const std::string& r : stats.retrace_reasons) all += "\n  " + r;
+      fail("function '" + options.name + "'", loc,
+           "retraced {} times, more than its budget of {} (FunctionOptions::retrace_budget); "
+           "give it a signature with symbolic dims (TensorSpec({{\"batch\", ...}})) so one "
+           "trace serves every size, and keep sizes as kiln::SymInt so that nothing assumes one. "
+           "The retraces:{}",
+           stats.retrace_reasons.size(), options.retrace_budget, all);
     }
+    report(reason);
+  }
+
+  // A trace of fn for exactly these inputs (static sizes); the mutex is held.
+  std::shared_ptr<const Graph> trace_static(const CallKey& key, const std::vector<Tensor>& inputs,
+                                            const Loc& loc) {
+    Tracer tracer(options.name);
+    std::vector<Tensor> stand_ins;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::string name = signature && i < signature->size() ? (*signature)[i].name : "";
+      stand_ins.push_back(
+          tracer.add_input(inputs[i], name.empty() ? fmt::format("input{}", i) : name));
+    }
+    tracer.start();
+    std::vector<Tensor> outputs = fn(stand_ins);
+    Graph traced = tracer.finish(outputs, loc);
+    // Note [size guards]: the key fixes every input's shape, so every size the trace compared
+    // is the same in each call this graph serves.
+    traced.guards.clear();
+    auto graph = finished(std::move(traced), loc);
+    entries.push_back({key, graph, where(loc)});
+    ++stats.traces;
+    return graph;
+  }
+
+  // Note [size guards]: a call that breaks an assumption of the symbolic graph `g` gets a graph
+  // specialized to its sizes, traced once per such sizes; the mutex is held.
+  Entry* specialized(const Graph& g, const std::vector<Tensor>& inputs, const Loc& loc) {
+    const auto symbols = bind_symbols(g, inputs, loc);  // the call fits the signature
+    const SymGuard* broken = broken_guard(g, inputs);
+    if (!broken) return nullptr;
+    const CallKey key = key_of(inputs, options.name, state(), loc);
+    for (Entry& e : entries)
+      if (e.key == key) return &e;
+    std::string sizes;
+    for (const auto& [name, n] : symbols)
+      sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", name, n);
+    const Entry& symbolic = *std::find_if(entries.begin(), entries.end(),
+                                          [&](const Entry& e) { return e.graph.get() == &g; });
+    note_retrace(fmt::format("retracing '{}': {}, and this call has {} (traced at {})",
+                             options.name, assumption(g, *broken), sizes, symbolic.traced_at),
+                 loc);
+    trace_static(key, inputs, loc);
+    return &entries.back();
   }
 
   // Traces for a call keyed `key`; the mutex is held.
@@ -161,20 +208,7 @@ struct Function::State {
       ++stats.traces;
       return graph;
     }
-    Tracer tracer(options.name);
-    std::vector<Tensor> stand_ins;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      stand_ins.push_back(tracer.add_input(inputs[i], fmt::format("input{}", i)));
-    tracer.start();
-    std::vector<Tensor> outputs = fn(stand_ins);
-    Graph traced = tracer.finish(outputs, loc);
-    // Note [size guards]: the cache key fixes every input's shape, so every size the trace
-    // compared is the same in each call this graph serves.
-    traced.guards.clear();
-    auto graph = finished(std::move(traced), loc);
-    entries.push_back({key, graph, where(loc)});
-    ++stats.traces;
-    return graph;
+    return trace_static(key, inputs, loc);
   }
 };
 
@@ -211,6 +245,11 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs, cons
       graph = st.retrace(key, inputs, loc);
       planner = st.entries.back().planner;
     }
+    if (st.signature && !graph->guards.empty())
+      if (const Entry* e = st.specialized(*graph, inputs, loc)) {
+        graph = e->graph;
+        planner = e->planner;
+      }
   }
   std::optional<NoGradGuard> no_tape;
   if (!st.options.record_tape) no_tape.emplace();

@@ -27,6 +27,10 @@ namespace kiln::graph {
 //   call retraces, and the retrace is reported in one line saying what differs from the nearest
 //   cached trace and where that one was traced:
 //     retracing 'forward': input 0 'x' dim 2 changed 28 -> 32 (traced at main.cpp:10)
+//   With a signature, a call that breaks what the symbolic trace assumed of its sizes (Note [size
+//   guards]: an `if` on x.size(0), a size converted to a number) retraces once per such sizes, a
+//   graph specialized to them, and the line says which assumption and where:
+//     retracing 'f': batch != 1 was assumed at model.cpp:12, and this call has batch = 1 (...)
 //   The key also holds FunctionOptions::state_key's text (a module's train/eval mode), with a
 //   signature too.
 //   Retraces go through the function's RetracePolicy (logged to stderr by default; silent; or an

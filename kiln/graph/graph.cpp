@@ -122,25 +122,60 @@ void Graph::validate(bool loaded) const {
       });
 }
 
+namespace {
+
+// Note [symbolic attrs]: the ops rebuilt for recent calls, per thread (no lock on the hot path),
+// by the node's op and the evaluated attrs: a graph called at a few sizes rebuilds each op once
+// per size instead of once per call. The entries hold their ops, so an op's address is never
+// reused for another while it is a key; the cache is emptied when it is full.
+struct RebuiltOp {
+  OpPtr base;
+  std::vector<int64_t> values;
+  std::vector<std::string> paths;
+  OpPtr op;
+};
+constexpr size_t kRebuiltOpCacheSize = 256;
+thread_local std::vector<RebuiltOp> rebuilt_ops;
+
+bool same_paths(const std::vector<std::string>& paths, const SymAttrs& attrs) {
+  if (paths.size() != attrs.size()) return false;
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (paths[i] != attrs[i].path) return false;
+  return true;
+}
+
+}  // namespace
+
 OpPtr op_for_call(const Node& node, const std::function<int64_t(int value, int dim)>& dim_of,
                   const Loc& loc) {
   if (node.sym_attrs.empty()) return node.op;
-  nlohmann::json attrs = node.op->attrs();
+  std::vector<int64_t> values;
+  values.reserve(node.sym_attrs.size());
   for (const SymAttr& s : node.sym_attrs) {
-    nlohmann::json& slot = attrs[nlohmann::json::json_pointer(s.path)];
-    int64_t v = 0;
     try {
-      v = s.value.evaluate(dim_of);
+      values.push_back(s.value.evaluate(dim_of));
     } catch (const Error& e) {
       fail(node.op->name(), loc, "cannot compute its attr {} = {}: {}", s.path, s.value.format(),
            e.what());
     }
-    if (slot.is_number_float())
-      slot = static_cast<double>(v);
-    else
-      slot = v;
   }
-  return make_op(node.op->name(), attrs);
+  for (const RebuiltOp& r : rebuilt_ops)
+    if (r.base == node.op && r.values == values && same_paths(r.paths, node.sym_attrs))
+      return r.op;
+  nlohmann::json attrs = node.op->attrs();
+  for (size_t i = 0; i < node.sym_attrs.size(); ++i) {
+    nlohmann::json& slot = attrs[nlohmann::json::json_pointer(node.sym_attrs[i].path)];
+    if (slot.is_number_float())
+      slot = static_cast<double>(values[i]);
+    else
+      slot = values[i];
+  }
+  OpPtr op = make_op(node.op->name(), attrs);
+  if (rebuilt_ops.size() >= kRebuiltOpCacheSize) rebuilt_ops.clear();
+  std::vector<std::string> paths;
+  for (const SymAttr& s : node.sym_attrs) paths.push_back(s.path);
+  rebuilt_ops.push_back({node.op, std::move(values), std::move(paths), op});
+  return op;
 }
 
 void for_each_sym_leaf(const Node& node, const std::function<void(int value)>& f) {

@@ -99,12 +99,15 @@ nlohmann::json to_json(const Graph& g) {
     nodes.push_back(std::move(node));
   }
   nlohmann::json guards = nlohmann::json::array();
-  for (const SymGuard& guard : g.guards)
-    guards.push_back({{"compare", sym_compare_name(guard.compare)},
-                      {"a", guard.a.to_json()},
-                      {"b", guard.b.to_json()},
-                      {"result", guard.result},
-                      {"where", guard.where}});
+  for (const SymGuard& guard : g.guards) {
+    nlohmann::json j = {{"compare", sym_compare_name(guard.compare)},
+                        {"a", guard.a.to_json()},
+                        {"b", guard.b.to_json()},
+                        {"result", guard.result},
+                        {"where", guard.where}};
+    if (guard.converted) j["converted"] = true;
+    guards.push_back(std::move(j));
+  }
   const int version =
       symbolic || !guards.empty() ? kGraphFormatVersion : kGraphFormatVersionWithoutSymAttrs;
   nlohmann::json doc = {{"format", "kiln.graph"}, {"version", version}, {"name", g.name},
@@ -212,6 +215,11 @@ Graph from_json(const nlohmann::json& doc, const std::vector<Tensor>& captures) 
       if (!result.is_boolean()) bad(fmt::format("{}.result is not a boolean", at));
       guard.result = result.get<bool>();
       guard.where = text(field(guards[k], "where", at), at + ".where");
+      if (guards[k].contains("converted")) {
+        const nlohmann::json& converted = guards[k]["converted"];
+        if (!converted.is_boolean()) bad(fmt::format("{}.converted is not a boolean", at));
+        guard.converted = converted.get<bool>();
+      }
       g.guards.push_back(std::move(guard));
     }
   }

@@ -23,8 +23,8 @@ namespace kiln::graph {
 // "/shape/0", "value": {"dim": [0, 0]}}, ...]. A graph without them is written as version 1, so
 // older kiln reads it; one with them is version 2, which older kiln refuses instead of running
 // the traced sizes. Version 2 also holds the graph's size guards (Note [size guards]): "guards":
-// [{"compare": "==", "a": expr, "b": expr, "result": false, "where": "model.cpp:12"}]. Both
-// versions are read.
+// [{"compare": "==", "a": expr, "b": expr, "result": false, "where": "model.cpp:12"}], with
+// "converted": true on a guard a conversion to a number made (optional). Both versions are read.
 constexpr int kGraphFormatVersion = 2;
 constexpr int kGraphFormatVersionWithoutSymAttrs = 1;
 

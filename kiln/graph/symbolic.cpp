@@ -144,6 +144,16 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
   for (size_t i = 0; i < std::max(a.guards.size(), b.guards.size()); ++i) {
     const SymGuard* ga = i < a.guards.size() ? &a.guards[i] : nullptr;
     const SymGuard* gb = i < b.guards.size() ? &b.guards[i] : nullptr;
+    // A conversion to a number (Note [size guards]): the number differs between the probes
+    // when it depends on the dynamic dim, so the graph would hold one size's number.
+    if (ga && gb && ga->converted && gb->converted && ga->a.same_expression(gb->a) &&
+        ga->b.hint() != gb->b.hint())
+      fail("trace", loc,
+           "'{}' converts the size {} to a number at {} ({} with {} and {} with {}), so a graph "
+           "would hold one size's number for every size; keep it a kiln::SymInt (auto n = "
+           "x.size(0)) and pass it to kiln's ops (view, reshape, full, arange, narrow, div), or "
+           "make the dim static in the signature",
+           a.name, size_text(a, ga->a), ga->where, ga->b.hint(), at0, gb->b.hint(), at1);
     if (!ga || !gb || ga->compare != gb->compare || !ga->a.same_expression(gb->a) ||
         !ga->b.same_expression(gb->b))
       fail("trace", loc,
@@ -156,7 +166,10 @@ void compare(Graph& a, const Graph& b, const Symbols& symbols, const Loc& loc) {
            "'{}' takes another path for another size: {} at {} is {} with {} and {} with {}, so "
            "a graph would be right for some sizes only; branch with kiln::cond or kiln::where on "
            "the tensor, or make the dim static in the signature",
-           a.name, ga->format(), ga->where, ga->result, at0, gb->result, at1);
+           a.name,
+           fmt::format("{} {} {}", size_text(a, ga->a), sym_compare_name(ga->compare),
+                       size_text(a, ga->b)),
+           ga->where, ga->result, at0, gb->result, at1);
   }
   const size_t common = std::min(a.nodes.size(), b.nodes.size());
   for (size_t i = 0; i <= common; ++i) {
@@ -290,6 +303,18 @@ class LeafNormalizer {
 };
 
 }  // namespace
+
+std::string size_text(const Graph& g, const SymInt& s) {
+  return s.format([&](int v, int d) -> std::string {
+    if (v >= 0 && static_cast<size_t>(v) < g.values.size()) {
+      const SymShape& shape = g.values[static_cast<size_t>(v)].shape;
+      if (d >= 0 && static_cast<size_t>(d) < shape.size() &&
+          shape[static_cast<size_t>(d)].is_symbolic())
+        return shape[static_cast<size_t>(d)].symbol;
+    }
+    return fmt::format("size(%{}, {})", v, d);
+  });
+}
 
 void fold_static_sym_attrs(Graph& g) {
   const LeafNormalizer normalize(g);

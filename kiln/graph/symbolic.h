@@ -35,12 +35,19 @@ namespace kiln::graph {
 // Sizes computed from a traced tensor's size through kiln::SymInt (Note [symbolic sizes]) are
 // recorded as expressions (Note [symbolic attrs]); the diff compares those expressions instead of
 // the numbers, so a reshape to [2*batch, -1] made that way traces. The first trace is kept.
-// Limits: a code path that branches on a
-// size only at sizes other than the probes (`if (batch == 1)`) is not seen; a size passed to an
-// attribute that is the same at both probes by coincidence is not seen either.
+// A comparison or a conversion to a number of a size is a guard (Note [size guards] in
+// kiln/core/sym_int.h): one answered differently at the two probes fails the trace at its line;
+// one answered the same is kept and checked before every call (`if (batch == 1)` traced at 11 and
+// 13 assumes batch != 1, and graph::function retraces a call with batch 1). Limit: a number
+// computed from a size without kiln::SymInt (Tensor::dim_size) that the probes give the same by
+// coincidence is not seen.
 // Note [symbolic attrs] (graph.h): after the diff, each leaf of a symbolic attr that is a static
 // dim becomes its size, and an attr left without a symbolic leaf is a plain attr again.
 void fold_static_sym_attrs(Graph& g);
+
+// `s` with each leaf that is a symbolic dim written as its symbol ("batch * 2"), else
+// "size(%3, 0)".
+std::string size_text(const Graph& g, const SymInt& s);
 
 using TraceFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 Graph trace_symbolic(const std::string& name, const TraceFn& fn,

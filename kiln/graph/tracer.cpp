@@ -40,6 +40,9 @@ struct Tracer::State {
   // tape saves a detached alias of an output; its backward then reads it).
   std::unordered_map<const Storage*, std::vector<int>> by_storage;
 
+  // The SymInt of each value's dims asked so far (traced_size), by value id and dim.
+  std::vector<SymSizes> sizes;
+
   int bind(const Tensor& t, int value, const Tensor& meta) {
     value_of[t.impl()] = value;
     value_of[meta.impl()] = value;
@@ -123,8 +126,10 @@ class TraceMode final : public DispatchMode {
       st.bind(out, id, out);
       // The tape recorded this op before its outputs were values of the trace: tell it their
       // sizes now (Note [size-free backward]).
-      if (auto* tape = dynamic_cast<autograd::OpNode*>(out.grad_fn().get()))
+      if (auto* tape = dynamic_cast<autograd::OpNode*>(out.grad_fn().get())) {
         tape->set_output_sizes(out.output_nr(), sym_sizes(out));
+        if (!node.sym_attrs.empty()) tape->set_sym_attrs(node.sym_attrs);
+      }
     }
     st.graph.nodes.push_back(std::move(node));
     return outputs;
@@ -198,16 +203,18 @@ thread_local Tracer::State* active_trace = nullptr;
        st.graph.name, value, what);
 }
 
-// Note [size guards]: a comparison of a size of this trace, recorded with its answer.
+// Note [size guards]: a comparison of a size of this trace, recorded with its answer. A branch
+// may compare (or convert) a size of a trace it is nested in: the guard belongs to that trace.
 void record_guard(SymGuard guard) {
   if (!active_trace || active_trace->suspended) return;
-  for (const SymInt* side : {&guard.a, &guard.b})
-    if (!side->owned_by(active_trace))
-      fail("trace", Loc::current(),
-           "'{}' compares {} at {}, a size of the enclosing function, inside a branch or loop "
-           "body; compare it outside",
-           active_trace->graph.name, guard.format(), guard.where);
-  active_trace->graph.guards.push_back(std::move(guard));
+  for (Tracer::State* owner = active_trace; owner; owner = owner->outer)
+    if (guard.a.owned_by(owner) && guard.b.owned_by(owner)) {
+      owner->graph.guards.push_back(std::move(guard));
+      return;
+    }
+  fail("trace", Loc::current(),
+       "'{}' compares {} at {}, sizes of two different traces; compare sizes of one function",
+       active_trace->graph.name, guard.format(), guard.where);
 }
 
 // Note [symbolic sizes]: a dim of a value of this trace is that value's dim.
@@ -215,7 +222,16 @@ SymInt traced_size(const Tensor& t, int64_t dim, int64_t size) {
   if (!active_trace || active_trace->suspended) return SymInt(size);
   auto it = active_trace->value_of.find(t.impl());
   if (it == active_trace->value_of.end()) return SymInt(size);
-  return SymInt::dim_of(it->second, static_cast<int>(dim), size, active_trace);
+  // One SymInt per dim of a value, made on first use: every op records its inputs' sizes (Note
+  // [size-free backward]), so a fresh node per question would cost an allocation each.
+  std::vector<SymSizes>& cache = active_trace->sizes;
+  const auto v = static_cast<size_t>(it->second), d = static_cast<size_t>(dim);
+  if (cache.size() <= v) cache.resize(v + 1);
+  if (cache[v].size() <= d) cache[v].resize(d + 1);
+  SymInt& s = cache[v][d];
+  if (!s.is_symbolic() || s.hint() != size)
+    s = SymInt::dim_of(it->second, static_cast<int>(dim), size, active_trace);
+  return s;
 }
 
 // Note [size-free backward]: a size recorded by this trace, while it records.

@@ -143,7 +143,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
            key_padding_mask.describe(), operands());
     // Size-free shape ops, so a trace serves every batch (Note [size-free shape attrs]).
     masks.push_back(batched ? unsqueeze(unsqueeze(key_padding_mask, 1, loc), 1, loc)
-                            : reshape(key_padding_mask, {1, 1, 1, s}, loc));
+                            : reshape(key_padding_mask, {1, 1, 1, -1}, loc));
   }
   if (attn_mask.defined()) {
     Shape want2 = {l, s}, want3 = {n * num_heads, l, s};
@@ -161,8 +161,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
   if (is_causal) {
     // Key j is hidden from query i when j > i.
     const TensorOptions on_device{DType::Int64, query.device()};  // meta too (summary)
-    Tensor key_pos = reshape(arange(static_cast<double>(s), on_device, loc), {1, s}, loc);
-    Tensor query_pos = reshape(arange(static_cast<double>(l), on_device, loc), {l, 1}, loc);
+    // The positions as sizes, so a trace keeps them symbolic (Note [size lists]).
+    Tensor key_pos = reshape(arange(k.size(1), on_device, loc), {1, -1}, loc);
+    Tensor query_pos = reshape(arange(q.size(1), on_device, loc), {-1, 1}, loc);
     masks.push_back(gt(key_pos, query_pos, loc));
   }
 

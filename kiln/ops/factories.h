@@ -16,7 +16,7 @@ Tensor full(SizeList shape, double value, TensorOptions options = {},
 // (pass options to choose).
 Tensor arange(double end, std::optional<TensorOptions> options = std::nullopt,
               const Loc& loc = Loc::current());
-// arange(x.dim_size(0)): [0, n) with a size n that stays symbolic while tracing (Note [size
+// arange(x.size(0)): [0, n) with a size n that stays symbolic while tracing (Note [size
 // lists]).
 Tensor arange(const SymInt& end, std::optional<TensorOptions> options = std::nullopt,
               const Loc& loc = Loc::current());

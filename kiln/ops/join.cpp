@@ -167,15 +167,26 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   return out;
 }
 
+// Note [size lists]: the pieces are cut at sizes computed as SymInts, so a trace along a dynamic
+// dim cuts each call's pieces; the number of pieces is a number, a guard in a trace (Note [size
+// guards]: chunk(x, 3) traced at batch 11 gives 3 pieces, and a call with batch 2 gives 2).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, const Loc& loc) {
   const int64_t d = split_dim("chunk", x, dim, loc);
   if (chunks <= 0)
     fail("chunk", loc, "expected a positive number of chunks, but got {} for {}", chunks,
          x.describe());
-  const int64_t n = x.dim_size(d);
+  const SymInt n = x.size(d);
   // As torch.chunk: an empty dim still gives `chunks` (empty) pieces.
   if (n == 0) return split(x, std::vector<int64_t>(chunks, 0), d, loc);
-  return split(x, (n + chunks - 1) / chunks, d, loc);
+  const SymInt size = (n + (chunks - 1)) / chunks;
+  const int64_t pieces = (n + size - 1) / size;
+  std::vector<Tensor> out;
+  out.reserve(pieces);
+  for (int64_t i = 0; i < pieces; ++i) {
+    const SymInt start = size * i;
+    out.push_back(narrow(x, d, start, sym_min(size, n - start), loc));
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -125,19 +125,21 @@ class CrossEntropyOp final : public Op {
     const bool has_weight = ctx.inputs.size() > 2;
     const ClassLayout cl = layout(x, t);
     const int64_t cd = cl.class_dim;
-    const double eps = a_.label_smoothing, uniform = eps / static_cast<double>(cl.classes);
+    const double eps = a_.label_smoothing;
+    // eps / C, with C a size (Note [size-free backward]): an unbatched input's classes are dim 0.
+    auto uniform = [&](const Tensor& t) { return div(mul(t, eps), ctx.size_of(0, cd)); };
     const Shape wshape = class_shape(cl, x.dim());
     const Tensor wv = has_weight ? reshape(ctx.inputs[2], class_view(cl, x.dim())) : Tensor();
     // z: the target distribution without class weights; denom: Mean's normalizer.
     Tensor z, onehot, denom, valid;
     if (cl.probs) {
-      z = eps > 0 ? add(mul(t, 1 - eps), uniform) : t;
+      z = eps > 0 ? add(mul(t, 1 - eps), uniform(ones_like(t))) : t;
     } else {
       valid = unsqueeze(ne(t, static_cast<double>(a_.ignore_index)), cd);
       const Tensor classes = reshape(arange(x.size(cd), TensorOptions{DType::Int64, x.device()}),
                                      class_view(cl, x.dim()));
       onehot = to_dtype(logical_and(eq(unsqueeze(t, cd), classes), valid), x.dtype());
-      z = eps > 0 ? add(mul(onehot, 1 - eps), mul(to_dtype(valid, x.dtype()), uniform)) : onehot;
+      z = eps > 0 ? add(mul(onehot, 1 - eps), uniform(to_dtype(valid, x.dtype()))) : onehot;
       denom = sum(has_weight ? mul(onehot, wv) : onehot);
       // Every target ignored (or weighted 0): the loss is 0 / 0 = nan, as in PyTorch, but no
       // element contributes, so the gradient is 0, as PyTorch's; dividing by 0 would make it nan.

@@ -102,13 +102,14 @@ class NormOp final : public Op {
     }
     NormGeom g = make_norm_geom(a_.kind, x.shape(), a_.groups_or_k);
     // The views' leading dim is the batch (or the rows of a layer norm): -1, so that a traced
-    // backward is sized by each call (Note [size-free backward]). (batch_norm's count n = N*H*W
-    // still is a number here; its first-order gradient is the fused op above.)
+    // backward is sized by each call (Note [size-free backward]), and so is batch_norm's count
+    // n = N*H*W (the elements per channel; layer and group norm count within a sample).
     if (g.p != 0) {
       g.view[0] = -1;
       if (a_.kind != NormKind::kBatch) g.stat_view[0] = -1;
     }
-    const double n = static_cast<double>(g.count);
+    const SymInt n =
+        a_.kind == NormKind::kBatch && g.q != 0 ? ctx.numel_of(0) / g.q : SymInt(g.count);
     Tensor xv = reshape(x, g.view), gy = reshape(ctx.grads[0], g.view);
     Tensor mean_v = reshape(ctx.outputs[1], g.stat_view);
     Tensor rstd = rsqrt(add(reshape(ctx.outputs[2], g.stat_view), a_.eps));
@@ -118,7 +119,8 @@ class NormOp final : public Op {
       Tensor gxhat = a_.has_weight ? mul(gy, reshape(w, g.param_view)) : gy;
       Tensor a = mean(gxhat, g.reduce, true), b = mean(mul(gxhat, xhat), g.reduce, true);
       Tensor c0 = add(neg(mul(rstd, a)), div(reshape(ctx.grads[1], g.stat_view), n));
-      Tensor c1 = sub(div(mul(reshape(ctx.grads[2], g.stat_view), 2.0 / n), rstd), mul(rstd, b));
+      Tensor c1 =
+          sub(div(div(mul(reshape(ctx.grads[2], g.stat_view), 2.0), n), rstd), mul(rstd, b));
       grads[0] = reshape(add(mul(gxhat, rstd), add(c0, mul(c1, xhat))), ctx.sizes_of(0));
     }
     const size_t bias_index = a_.has_weight ? 2 : 1;

@@ -41,6 +41,13 @@ SymInt VjpContext::size_of(size_t input, int64_t dim) const {
   return s[static_cast<size_t>(wrap_dim(dim, static_cast<int64_t>(s.size()), "size"))];
 }
 
+SymInt VjpContext::sym_attr(std::string_view path, int64_t value) const {
+  if (sym_attrs != nullptr)
+    for (const SymAttr& a : *sym_attrs)
+      if (a.path == path && a.value.hint() == value && detail::sym_usable(a.value)) return a.value;
+  return SymInt(value);
+}
+
 SymInt VjpContext::numel_of(size_t input) const {
   SymInt n = 1;
   for (const SymInt& s : sizes_of(input)) n = n * s;

@@ -56,6 +56,11 @@ struct VjpContext {
   SymSizes sizes_of(size_t input) const;
   SymInt size_of(size_t input, int64_t dim) const;
   SymInt numel_of(size_t input) const;
+  // The forward's symbolic attrs as the trace recorded them (Note [symbolic attrs]): a vjp that
+  // passes an attr on (slice's start to slice_backward) asks for it as a size here: the
+  // expression at `path` where the trace recorded one it can use, else `value`.
+  const SymAttrs* sym_attrs = nullptr;
+  SymInt sym_attr(std::string_view path, int64_t value) const;
 };
 
 // Note [op definition]: an operator is declared once, as a subclass of Op:

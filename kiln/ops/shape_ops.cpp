@@ -219,22 +219,26 @@ class SliceBackwardOp final : public Op {
   }
   Saves saves() const override { return {false, false}; }
   std::vector<Tensor> vjp(const VjpContext& ctx) const override {
-    return {slice(ctx.grads[0], a_.dim, a_.start, a_.end, a_.step)};
+    return {slice(ctx.grads[0], a_.dim, ctx.sym_attr("/start", a_.start),
+                  ctx.sym_attr("/end", a_.end), a_.step)};
   }
 
  private:
   detail::SliceBackwardAttrs a_;
 };
 
-// Note [size-free backward]: the input's sizes, and an end at the end of the dim (x[1:]) as that
-// size, come from the forward's trace.
+// Note [size-free backward]: the input's sizes, a start or end given as a size (chunk's pieces,
+// narrow(x, 0, n / 2, ...)) and an end at the end of the dim (x[1:]) come from the forward's trace.
+// A bound the forward clamped or wrapped is its number.
 std::vector<Tensor> SliceOp::vjp(const VjpContext& ctx) const {
   const Shape& shape = ctx.input_metas[0].shape;
   int64_t d = wrap_dim(dim_, static_cast<int64_t>(shape.size()), "slice");
   auto [s, e] = clamp_slice(start_, end_, shape[d]);
   const SymSizes sizes = ctx.sizes_of(0);
-  const SymInt end = e == shape[d] ? sizes[d] : SymInt(e);
-  return {slice_backward(ctx.grads[0], sizes, d, s, end, step_)};
+  const SymInt start = start_ == s ? ctx.sym_attr("/start", s) : SymInt(s);
+  const SymInt given_end = end_ == e ? ctx.sym_attr("/end", e) : SymInt(e);
+  const SymInt end = given_end.is_symbolic() ? given_end : e == shape[d] ? sizes[d] : SymInt(e);
+  return {slice_backward(ctx.grads[0], sizes, d, start, end, step_)};
 }
 
 class ExpandOp final : public ViewOp {
@@ -508,12 +512,14 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, const Loc& loc) {
   return permute(x, dims, loc);
 }
 
-Tensor slice_backward(const Tensor& grad, SizeList input_shape, int64_t dim, int64_t start,
+Tensor slice_backward(const Tensor& grad, SizeList input_shape, int64_t dim, SymInt start,
                       SymInt end, int64_t step, const Loc& loc) {
   SymAttrs attrs = input_shape.sym_attrs("/shape");
+  if (start.is_symbolic()) attrs.push_back({"/start", start});
   if (end.is_symbolic()) attrs.push_back({"/end", end});
   const SymAttrScope sym("slice_backward", std::move(attrs));
-  return call_op<SliceBackwardOp>({grad}, loc, input_shape.take(), dim, start, end.hint(), step);
+  return call_op<SliceBackwardOp>({grad}, loc, input_shape.take(), dim, start.hint(), end.hint(),
+                                  step);
 }
 
 Tensor slice(const Tensor& x, int64_t dim, std::optional<SymInt> start, std::optional<SymInt> end,

@@ -20,7 +20,7 @@ Tensor narrow(const Tensor& x, int64_t dim, SymInt start, SymInt length,
 Tensor slice(const Tensor& x, int64_t dim, std::optional<SymInt> start, std::optional<SymInt> end,
              int64_t step = 1, const Loc& loc = Loc::current());
 // The gradient of slice(): zeros of input_shape with grad written at [start:end:step] along dim.
-Tensor slice_backward(const Tensor& grad, SizeList input_shape, int64_t dim, int64_t start,
+Tensor slice_backward(const Tensor& grad, SizeList input_shape, int64_t dim, SymInt start,
                       SymInt end, int64_t step = 1, const Loc& loc = Loc::current());
 Tensor select(const Tensor& x, int64_t dim, int64_t index, const Loc& loc = Loc::current());
 // -1 keeps a size; new leading dims may be added.

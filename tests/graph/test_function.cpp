@@ -65,15 +65,17 @@ TEST(Function, ASizeBakedIntoAnAttributeIsAnErrorNamingTheOpTheDimAndTheLine) {
           "test_function.cpp:" + std::to_string(line)});
 }
 
-// A constant computed from a dynamic size (a scalar divisor, a tensor built in C++) is named,
-// with its values at both probe sizes and the line of the op that reads it.
+// A constant computed from a size made a number without kiln::SymInt (dim_size: a scalar
+// divisor, a tensor built in C++) is named by the probe diff, with its values at both probe sizes
+// and the line of the op that reads it. (Converting the SymInt itself fails earlier, at the
+// conversion: tests/graph/test_size_guards.cpp.)
 TEST(Function, AConstantComputedFromADynamicSizeNamesTheLineAndTheValues) {
   int line = 0;
   std::string e = test::error_of([&] {
     function(
         [&](const Tensors& in) {
           line = __LINE__ + 1;
-          return Tensors{div(in[0], static_cast<double>(in[0].size(0)))};
+          return Tensors{div(in[0], static_cast<double>(in[0].dim_size(0)))};
         },
         {TensorSpec({"batch", 3})}, {.name = "f"});
   });
@@ -84,7 +86,7 @@ TEST(Function, AConstantComputedFromADynamicSizeNamesTheLineAndTheValues) {
     function(
         [&](const Tensors& in) {
           line = __LINE__ + 1;
-          return Tensors{mul(in[0], tensor({static_cast<double>(in[0].size(0)), 1.0, 2.0}))};
+          return Tensors{mul(in[0], tensor({static_cast<double>(in[0].dim_size(0)), 1.0, 2.0}))};
         },
         {TensorSpec({"batch", 3})}, {.name = "f"});
   });
@@ -120,7 +122,7 @@ TEST(Function, ALoopOverADynamicSizeIsAnError) {
         },
         {TensorSpec({"batch"})});
   });
-  test::expect_contains(e, {"[trace]", "takes another path for another size", "11 < size(%0, 0)",
+  test::expect_contains(e, {"[trace]", "takes another path for another size", "11 < batch",
                             "at test_function.cpp:" + std::to_string(line) + " is false"});
   test::expect_error(
       [] {

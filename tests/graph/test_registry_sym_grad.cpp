@@ -24,9 +24,6 @@ using Tensors = std::vector<Tensor>;
 // Samples ("op/sample") that cannot serve two batches from one trace, with the reason.
 const std::map<std::string, std::string>& known_limits() {
   static const std::map<std::string, std::string> limits = {
-      {"chunk/chunk/uneven",
-       "the pieces of an uneven chunk along the batch have sizes (4, 4, 3 at batch 11) that are "
-       "ceil divisions of the batch: chunk computes them as numbers, not SymInts"},
       {"unflatten/inferred_size_of_a_transpose",
        "the sample needs an even size in the batch dim, and the probe sizes are odd (11, 13)"},
   };

@@ -176,7 +176,8 @@ TEST(SymSizes, AnAttrThatCannotBeComputedIsAnError) {
 }
 
 // Note [size guards]: `x.size(0) == 1 ? 2 * x : x` is the same path at both probe sizes; the
-// graph keeps the assumption and a call that breaks it is an error naming it and its line.
+// graph keeps the assumption, graph::function retraces a call that breaks it (the reason names
+// the assumption and its line) and graph::run refuses one, naming them.
 TEST(SizeGuards, AnAssumptionOnASizeIsCheckedOnEveryCall) {
   int line = 0;
   auto program = [&](const Tensor& x) {
@@ -191,18 +192,25 @@ TEST(SizeGuards, AnAssumptionOnASizeIsCheckedOnEveryCall) {
     Tensor x = randn({batch, 3});
     test::expect_bit_identical(f({x})[0], neg(program(x)));
   }
+  const Tensor one = randn({1, 3});
+  test::expect_bit_identical(f({one})[0], neg(program(one)));
+  ASSERT_EQ(f.stats().retrace_reasons.size(), 1u);
+  test::expect_contains(f.stats().retrace_reasons[0],
+                        {"retracing 'f': batch != 1 was assumed at " + at,
+                         "and this call has batch = 1 (traced at test_sym_sizes.cpp:"});
   test::expect_error(
       [&] {
-        f({randn({1, 3})});
+        run(*f.graphs()[0], {one});
       },
-      {"graph 'f'", "was traced assuming size(%0, 0) == 1 is false (at " + at + ")", "batch = 1"});
+      {"graph 'f'", "breaks an assumption of its trace: batch != 1 was assumed at " + at,
+       "this call has batch = 1"});
   // The document keeps the guard: a loaded graph checks it too.
   const nlohmann::json doc = to_json(*f.graphs()[0]);
   EXPECT_EQ(doc["version"], 2);
   const Graph loaded = from_json(doc, {});
   EXPECT_EQ(to_json(loaded), doc);
   test::expect_bit_identical(run(loaded, {ones({4, 3})})[0], neg(ones({4, 3})));
-  test::expect_error([&] { run(loaded, {ones({1, 3})}); }, {"traced assuming", at});
+  test::expect_error([&] { run(loaded, {ones({1, 3})}); }, {"assumption of its trace", at});
   nlohmann::json bad = doc;
   bad["guards"][0]["compare"] = "=~";
   test::expect_error([&] { from_json(bad, {}); }, {"guards[0].compare is not a comparison"});
@@ -226,7 +234,7 @@ TEST(SizeGuards, APathThatDependsOnTheSizeFailsTheTraceAtItsLine) {
         {TensorSpec({"batch", 3})}, {.name = "g"});
   });
   test::expect_contains(e, {"[trace] 'g' takes another path for another size",
-                            "size(%0, 0) > 12 at test_sym_sizes.cpp:" + std::to_string(line),
+                            "batch > 12 at test_sym_sizes.cpp:" + std::to_string(line),
                             "is false with batch = 11 and true with batch = 13"});
 }
 
