@@ -132,8 +132,7 @@ std::string SymInt::format(const std::function<std::string(int value, int dim)>&
   auto operand = [&](const SymInt& s, bool right) {
     const bool infix = s.node_ && s.node_->op != SymOp::kDim && *info(s.node_->op).symbol;
     const int theirs = infix ? precedence(s.node_->op) : 3;
-    return theirs < mine || (right && theirs == mine) ? "(" + s.format(leaf) + ")"
-                                                      : s.format(leaf);
+    return theirs < mine || (right && theirs == mine) ? "(" + s.format(leaf) + ")" : s.format(leaf);
   };
   return fmt::format("{} {} {}", operand(node_->a, false), i.symbol, operand(node_->b, true));
 }
@@ -246,7 +245,8 @@ std::string SymGuard::format() const {
 bool sym_compare(SymCompare c, const SymInt& a, const SymInt& b) {
   const bool result = sym_compare_apply(c, a.hint(), b.hint());
   if ((a.is_symbolic() || b.is_symbolic()) && guard_hook)
-    guard_hook(SymGuard{c, a, b, result, describe_call_site(std::source_location::current()), false});
+    guard_hook(
+        SymGuard{c, a, b, result, describe_call_site(std::source_location::current()), false});
   return result;
 }
 

@@ -125,8 +125,8 @@ bool sym_compare_apply(SymCompare c, int64_t a, int64_t b);
 struct SymGuard {
   SymCompare compare = SymCompare::kEq;
   SymInt a, b;
-  bool result = false;  // the answer at the traced sizes
-  std::string where;    // the user's line, "model.cpp:12"
+  bool result = false;     // the answer at the traced sizes
+  std::string where;       // the user's line, "model.cpp:12"
   bool converted = false;  // a conversion to a number: `a == b` with b its number
   // "size(%0, 0) == 1"
   std::string format() const;

@@ -58,7 +58,8 @@ void check_guards(const Graph& g, const std::vector<Tensor>& inputs,
   const SymGuard* guard = broken_guard(g, inputs);
   if (!guard) return;
   std::string sizes;
-  for (const auto& [s, n] : symbols) sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", s, n);
+  for (const auto& [s, n] : symbols)
+    sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", s, n);
   fail("graph '" + g.name + "'", loc,
        "breaks an assumption of its trace: {}, and this call has {}; the code takes another "
        "path for these sizes: branch with kiln::cond on a tensor, keep sizes as kiln::SymInt, "
@@ -119,8 +120,8 @@ const SymGuard* broken_guard(const Graph& g, const std::vector<Tensor>& inputs) 
 
 std::string assumption(const Graph& g, const SymGuard& guard) {
   const SymCompare c = guard.result ? guard.compare : negated(guard.compare);
-  const std::string text = fmt::format("{} {} {}", size_text(g, guard.a), sym_compare_name(c),
-                                       size_text(g, guard.b));
+  const std::string text =
+      fmt::format("{} {} {}", size_text(g, guard.a), sym_compare_name(c), size_text(g, guard.b));
   if (guard.converted)
     return fmt::format("{} was assumed at {}, where the size is converted to a number", text,
                        guard.where);

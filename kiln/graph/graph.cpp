@@ -160,8 +160,7 @@ OpPtr op_for_call(const Node& node, const std::function<int64_t(int value, int d
     }
   }
   for (const RebuiltOp& r : rebuilt_ops)
-    if (r.base == node.op && r.values == values && same_paths(r.paths, node.sym_attrs))
-      return r.op;
+    if (r.base == node.op && r.values == values && same_paths(r.paths, node.sym_attrs)) return r.op;
   nlohmann::json attrs = node.op->attrs();
   for (size_t i = 0; i < node.sym_attrs.size(); ++i) {
     nlohmann::json& slot = attrs[nlohmann::json::json_pointer(node.sym_attrs[i].path)];

@@ -44,22 +44,26 @@ TEST(SizeGuards, ACallThatBreaksAnAssumptionRetracesWithTheReason) {
   const FunctionStats st = f.stats();
   EXPECT_EQ(st.traces, 2);
   ASSERT_EQ(log.size(), 1u);
-  test::expect_contains(log[0], {"retracing 'f': batch != 1 was assumed at test_size_guards.cpp:" +
-                                     std::to_string(line),
-                                 "and this call has batch = 1", "(traced at test_size_guards.cpp:"});
+  test::expect_contains(
+      log[0],
+      {"retracing 'f': batch != 1 was assumed at test_size_guards.cpp:" + std::to_string(line),
+       "and this call has batch = 1", "(traced at test_size_guards.cpp:"});
   EXPECT_FALSE(f.graphs()[0]->guards.empty());
   EXPECT_TRUE(f.graphs()[1]->guards.empty());  // static: batch 1 only
   EXPECT_EQ(f.graphs()[1]->value(f.graphs()[1]->inputs[0]).shape[0].size, 1);
 }
 
 TEST(SizeGuards, UnderRetracePolicyErrorTheBrokenAssumptionIsTheError) {
-  Function f = function(
-      [](const Tensors& in) { return Tensors{in[0].size(0) > 4 ? neg(in[0]) : in[0]}; },
-      {TensorSpec({"batch", 3})}, quiet("strict", RetracePolicy::kError));
+  Function f =
+      function([](const Tensors& in) { return Tensors{in[0].size(0) > 4 ? neg(in[0]) : in[0]}; },
+               {TensorSpec({"batch", 3})}, quiet("strict", RetracePolicy::kError));
   test::expect_bit_identical(f({ones({6, 3})})[0], neg(ones({6, 3})));
-  test::expect_error([&] { f({ones({2, 3})}); },
-                     {"retracing 'strict': batch > 4 was assumed at test_size_guards.cpp:",
-                      "this call has batch = 2", "retracing is an error for it"});
+  test::expect_error(
+      [&] {
+        f({ones({2, 3})});
+      },
+      {"retracing 'strict': batch > 4 was assumed at test_size_guards.cpp:",
+       "this call has batch = 2", "retracing is an error for it"});
 }
 
 // A size converted to a number is the guard that it keeps that number: it depends on the batch,
@@ -123,9 +127,9 @@ TEST(SizeGuards, AConversionWithTheSameNumberAtBothProbesIsAGuard) {
   }
   EXPECT_EQ(f.stats().traces, 2);
   ASSERT_EQ(log.size(), 1u);
-  test::expect_contains(log[0], {"batch % 2 == 1 was assumed at test_size_guards.cpp:" +
-                                     std::to_string(line),
-                                 "where the size is converted to a number", "batch = 4"});
+  test::expect_contains(
+      log[0], {"batch % 2 == 1 was assumed at test_size_guards.cpp:" + std::to_string(line),
+               "where the size is converted to a number", "batch = 4"});
   // The document keeps which guard a conversion made.
   const nlohmann::json doc = to_json(*f.graphs()[0]);
   bool converted = false;
@@ -152,9 +156,9 @@ TEST(SizeGuards, SizeApisLeaveNoGuards) {
   EXPECT_TRUE(f.graphs()[0]->guards.empty());
   for (int64_t batch : {2, 7}) {
     const Tensor x = randn({batch, 3, 4});
-    const Tensor want = add(narrow(div(add(x.view({batch, -1}), 0.5), static_cast<double>(batch)),
-                                   0, 0, batch - 1),
-                            reshape(arange(12.0), {1, -1}));
+    const Tensor want =
+        add(narrow(div(add(x.view({batch, -1}), 0.5), static_cast<double>(batch)), 0, 0, batch - 1),
+            reshape(arange(12.0), {1, -1}));
     test::expect_bit_identical(f({x})[0], want);
   }
 }

@@ -199,9 +199,7 @@ TEST(SizeGuards, AnAssumptionOnASizeIsCheckedOnEveryCall) {
                         {"retracing 'f': batch != 1 was assumed at " + at,
                          "and this call has batch = 1 (traced at test_sym_sizes.cpp:"});
   test::expect_error(
-      [&] {
-        run(*f.graphs()[0], {one});
-      },
+      [&] { run(*f.graphs()[0], {one}); },
       {"graph 'f'", "breaks an assumption of its trace: batch != 1 was assumed at " + at,
        "this call has batch = 1"});
   // The document keeps the guard: a loaded graph checks it too.
